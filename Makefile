@@ -1,0 +1,29 @@
+# The README's two commands: `make train` and `make test`. Both run the set-up script,
+# which installs what is missing and builds build/forge in Release.
+SHELL := /bin/bash
+FORGE := build/forge
+CONFIG ?= configs/small.json
+
+.PHONY: setup build train test data clean format
+
+setup:
+	@scripts/setup.sh
+
+build: setup
+
+data/fortunes/train.bin: | setup
+	$(FORGE) data prepare --tokenizer bytes --out data/fortunes /usr/share/games/fortunes
+
+data: setup data/fortunes/train.bin
+
+train: setup data
+	@scripts/train_default.sh $(CONFIG)
+
+test: setup
+	cd build && ctest --output-on-failure -j1 --timeout 1500
+
+format:
+	clang-format -i $$(git ls-files 'src/*.cpp' 'src/*.h' 'tests/*.cpp' 'bench/*.cpp')
+
+clean:
+	rm -rf build

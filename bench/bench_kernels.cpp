@@ -1,0 +1,380 @@
+// Kernel benchmarks (Google Benchmark) on the shapes of configs small (B=8, T=256, C=384,
+// NH=6, V=256) and gpt2-124m (B=4, T=256, C=768, NH=12, V=50304):
+//  - every linear layer's three GEMMs (forward, dinp, dweight): OpenBLAS vs oneDNN vs
+//    forge's own kernel (forge::kernels::cpu::gemm);
+//  - attention, layernorm and the classifier: forge's fused kernels against the unfused
+//    sequence of GEMMs and passes a framework would run.
+// Counters: GFLOP/s for GEMMs and attention (causal half counted), GB/s for memory-bound ops.
+#include <benchmark/benchmark.h>
+#include <cblas.h>
+#include <omp.h>
+
+#include <cmath>
+#include <cstring>
+#include <dnnl.hpp>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "forge/kernels/attention.h"
+#include "forge/kernels/cross_entropy.h"
+#include "forge/kernels/gemm.h"
+#include "forge/kernels/layernorm.h"
+
+namespace {
+
+namespace cpu = forge::kernels::cpu;
+
+std::vector<float> random_floats(size_t n, uint32_t seed, float stddev = 1.0f) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> dist(0.0f, stddev);
+  std::vector<float> v(n);
+  for (auto& x : v) x = dist(rng);
+  return v;
+}
+
+// --- GEMMs ---------------------------------------------------------------------------
+
+struct LinearShape {
+  const char* name;
+  int N, IC, OC;
+};
+
+// N = B*T rows.
+const LinearShape kShapes[] = {
+    {"small/qkv", 2048, 384, 1152},      {"small/attn_proj", 2048, 384, 384},
+    {"small/fc", 2048, 384, 1536},       {"small/mlp_proj", 2048, 1536, 384},
+    {"small/lm_head", 2048, 384, 256},   {"124m/qkv", 1024, 768, 2304},
+    {"124m/attn_proj", 1024, 768, 768},  {"124m/fc", 1024, 768, 3072},
+    {"124m/mlp_proj", 1024, 3072, 768},  {"124m/lm_head", 1024, 768, 50304},
+};
+
+enum class Pass { kForward, kDinp, kDweight };
+const char* pass_name(Pass p) {
+  return p == Pass::kForward ? "fwd" : p == Pass::kDinp ? "dinp" : "dweight";
+}
+
+// Row-major C[M,N] = op(A)[M,K] op(B)[K,N] for each pass of y = x W^T.
+struct GemmProblem {
+  int M, N, K;
+  bool transA, transB;
+  const float *A, *B;
+  float* C;
+  int lda, ldb;
+};
+
+struct LinearBuffers {
+  std::vector<float> x, w, y, dy, dx, dw;
+  explicit LinearBuffers(const LinearShape& s)
+      : x(random_floats(size_t(s.N) * s.IC, 1)),
+        w(random_floats(size_t(s.OC) * s.IC, 2, 0.02f)),
+        y(size_t(s.N) * s.OC),
+        dy(random_floats(size_t(s.N) * s.OC, 3)),
+        dx(size_t(s.N) * s.IC),
+        dw(size_t(s.OC) * s.IC) {}
+  GemmProblem problem(const LinearShape& s, Pass p) {
+    switch (p) {
+      case Pass::kForward:  // y[N,OC] = x[N,IC] w[OC,IC]^T
+        return {s.N, s.OC, s.IC, false, true, x.data(), w.data(), y.data(), s.IC, s.IC};
+      case Pass::kDinp:  // dx[N,IC] = dy[N,OC] w[OC,IC]
+        return {s.N, s.IC, s.OC, false, false, dy.data(), w.data(), dx.data(), s.OC, s.IC};
+      default:  // dw[OC,IC] = dy[N,OC]^T x[N,IC]
+        return {s.OC, s.IC, s.N, true, false, dy.data(), x.data(), dw.data(), s.OC, s.IC};
+    }
+  }
+};
+
+void set_gemm_counters(benchmark::State& state, const GemmProblem& g) {
+  state.counters["GFLOP/s"] = benchmark::Counter(2.0 * g.M * g.N * g.K * state.iterations(),
+                                                 benchmark::Counter::kIsRate,
+                                                 benchmark::Counter::kIs1000);
+}
+
+void BM_GemmOpenBLAS(benchmark::State& state, LinearShape s, Pass p) {
+  LinearBuffers buf(s);
+  const GemmProblem g = buf.problem(s, p);
+  for (auto _ : state) {
+    cblas_sgemm(CblasRowMajor, g.transA ? CblasTrans : CblasNoTrans,
+                g.transB ? CblasTrans : CblasNoTrans, g.M, g.N, g.K, 1.0f, g.A, g.lda, g.B, g.ldb,
+                0.0f, g.C, g.N);
+    benchmark::ClobberMemory();
+  }
+  set_gemm_counters(state, g);
+}
+
+void BM_GemmOneDNN(benchmark::State& state, LinearShape s, Pass p) {
+  using dnnl::memory;
+  LinearBuffers buf(s);
+  const GemmProblem g = buf.problem(s, p);
+  dnnl::engine eng(dnnl::engine::kind::cpu, 0);
+  dnnl::stream strm(eng);
+  // Transposes are expressed as strides of the logical [M,K] / [K,N] operands.
+  const memory::dims a_strides = g.transA ? memory::dims{1, g.lda} : memory::dims{g.lda, 1};
+  const memory::dims b_strides = g.transB ? memory::dims{1, g.ldb} : memory::dims{g.ldb, 1};
+  memory::desc a_md({g.M, g.K}, memory::data_type::f32, a_strides);
+  memory::desc b_md({g.K, g.N}, memory::data_type::f32, b_strides);
+  memory::desc c_md({g.M, g.N}, memory::data_type::f32, memory::dims{g.N, 1});
+  dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(a_md, b_md, c_md), eng);  // oneDNN 2.x API
+  dnnl::matmul prim(pd);
+  memory a_mem(a_md, eng, const_cast<float*>(g.A)), b_mem(b_md, eng, const_cast<float*>(g.B)),
+      c_mem(c_md, eng, g.C);
+  for (auto _ : state) {
+    prim.execute(strm, {{DNNL_ARG_SRC, a_mem}, {DNNL_ARG_WEIGHTS, b_mem}, {DNNL_ARG_DST, c_mem}});
+    strm.wait();
+    benchmark::ClobberMemory();
+  }
+  set_gemm_counters(state, g);
+}
+
+void BM_GemmForge(benchmark::State& state, LinearShape s, Pass p) {
+  LinearBuffers buf(s);
+  const GemmProblem g = buf.problem(s, p);
+  for (auto _ : state) {
+    cpu::gemm(g.transA, g.transB, g.M, g.N, g.K, g.A, g.lda, g.B, g.ldb, 0.0f, g.C, g.N);
+    benchmark::ClobberMemory();
+  }
+  set_gemm_counters(state, g);
+}
+
+// --- attention -----------------------------------------------------------------------
+
+struct AttentionShape {
+  const char* name;
+  int B, T, C, NH;
+};
+const AttentionShape kAttention[] = {{"small", 8, 256, 384, 6}, {"124m", 4, 256, 768, 12}};
+
+double attention_flops(const AttentionShape& a, bool backward) {
+  // QK^T and PV, causal half: 2 GEMMs of T*T/2*hd MACs per head; backward has 5.
+  const double per_gemm = 2.0 * a.B * a.NH * (a.T * (a.T + 1) / 2.0) * (a.C / a.NH);
+  return per_gemm * (backward ? 5 : 2);
+}
+
+void BM_AttentionFused(benchmark::State& state, AttentionShape a, bool backward) {
+  const size_t rows = size_t(a.B) * a.T;
+  auto qkv = random_floats(rows * 3 * a.C, 5);
+  auto dout = random_floats(rows * a.C, 6);
+  std::vector<float> out(rows * a.C), lse(cpu::attention_saved_floats(a.B, a.T, a.NH)),
+      dqkv(rows * 3 * a.C);
+  cpu::attention_forward(out.data(), lse.data(), qkv.data(), a.B, a.T, a.C, a.NH);
+  for (auto _ : state) {
+    if (backward)
+      cpu::attention_backward(dqkv.data(), dout.data(), qkv.data(), out.data(), lse.data(), a.B,
+                              a.T, a.C, a.NH);
+    else
+      cpu::attention_forward(out.data(), lse.data(), qkv.data(), a.B, a.T, a.C, a.NH);
+    benchmark::ClobberMemory();
+  }
+  state.counters["GFLOP/s"] =
+      benchmark::Counter(attention_flops(a, backward) * state.iterations(),
+                         benchmark::Counter::kIsRate, benchmark::Counter::kIs1000);
+}
+
+// The unfused forward a framework runs: per head, scores = Q K^T by GEMM into a T x T
+// matrix, masked softmax, out = P V by GEMM (full, not causally trimmed: GEMMs can't skip).
+void BM_AttentionUnfused(benchmark::State& state, AttentionShape a) {
+  const int hd = a.C / a.NH, T = a.T;
+  const size_t rows = size_t(a.B) * T, C3 = 3 * size_t(a.C);
+  auto qkv = random_floats(rows * C3, 5);
+  std::vector<float> out(rows * a.C), probs(size_t(a.B) * a.NH * T * T);
+  const float scale = 1.0f / std::sqrt(float(hd));
+  for (auto _ : state) {
+#pragma omp parallel for collapse(2) schedule(static)
+    for (int b = 0; b < a.B; ++b)
+      for (int h = 0; h < a.NH; ++h) {
+        const float* q = qkv.data() + size_t(b) * T * C3 + h * hd;
+        float* p = probs.data() + (size_t(b) * a.NH + h) * T * T;
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, T, hd, scale, q, C3, q + a.C, C3,
+                    0.0f, p, T);
+        for (int i = 0; i < T; ++i) {
+          float* row = p + size_t(i) * T;
+          float m = row[0];
+          for (int j = 1; j <= i; ++j) m = std::max(m, row[j]);
+          float z = 0.0f;
+          for (int j = 0; j <= i; ++j) z += row[j] = std::exp(row[j] - m);
+          for (int j = 0; j <= i; ++j) row[j] /= z;
+          for (int j = i + 1; j < T; ++j) row[j] = 0.0f;
+        }
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, hd, T, 1.0f, p, T, q + 2 * a.C,
+                    C3, 0.0f, out.data() + size_t(b) * T * a.C + h * hd, a.C);
+      }
+    benchmark::ClobberMemory();
+  }
+  state.counters["GFLOP/s"] =
+      benchmark::Counter(attention_flops(a, false) * state.iterations(),
+                         benchmark::Counter::kIsRate, benchmark::Counter::kIs1000);
+}
+
+// --- layernorm -----------------------------------------------------------------------
+
+void BM_LayerNormFused(benchmark::State& state, int N, int C, bool backward) {
+  auto x = random_floats(size_t(N) * C, 7), w = random_floats(C, 8), b = random_floats(C, 9),
+       dy = random_floats(size_t(N) * C, 10);
+  std::vector<float> y(size_t(N) * C), mean(N), rstd(N), dx(size_t(N) * C), dw(C), db(C);
+  cpu::layernorm_forward(y.data(), mean.data(), rstd.data(), x.data(), w.data(), b.data(), N, C,
+                         1e-5f);
+  for (auto _ : state) {
+    if (backward)
+      cpu::layernorm_backward(dx.data(), dw.data(), db.data(), dy.data(), x.data(), w.data(),
+                              mean.data(), rstd.data(), N, C);
+    else
+      cpu::layernorm_forward(y.data(), mean.data(), rstd.data(), x.data(), w.data(), b.data(), N,
+                             C, 1e-5f);
+    benchmark::ClobberMemory();
+  }
+  const double bytes = double(N) * C * 4 * (backward ? 3 : 2);
+  state.counters["GB/s"] = benchmark::Counter(bytes * state.iterations(),
+                                              benchmark::Counter::kIsRate,
+                                              benchmark::Counter::kIs1000);
+}
+
+// The unfused forward: mean pass, variance pass, normalise pass, affine pass, each a
+// separate sweep over the tensor as separate framework ops would make.
+void BM_LayerNormUnfused(benchmark::State& state, int N, int C) {
+  auto x = random_floats(size_t(N) * C, 7), w = random_floats(C, 8), b = random_floats(C, 9);
+  std::vector<float> y(size_t(N) * C), mean(N), rstd(N);
+  for (auto _ : state) {
+#pragma omp parallel for schedule(static)
+    for (int n = 0; n < N; ++n) {
+      float s = 0.0f;
+      for (int c = 0; c < C; ++c) s += x[size_t(n) * C + c];
+      mean[n] = s / C;
+    }
+#pragma omp parallel for schedule(static)
+    for (int n = 0; n < N; ++n) {
+      float s = 0.0f;
+      for (int c = 0; c < C; ++c) {
+        const float d = x[size_t(n) * C + c] - mean[n];
+        s += d * d;
+      }
+      rstd[n] = 1.0f / std::sqrt(s / C + 1e-5f);
+    }
+#pragma omp parallel for schedule(static)
+    for (int n = 0; n < N; ++n)
+      for (int c = 0; c < C; ++c) y[size_t(n) * C + c] = (x[size_t(n) * C + c] - mean[n]) * rstd[n];
+#pragma omp parallel for schedule(static)
+    for (int n = 0; n < N; ++n)
+      for (int c = 0; c < C; ++c) y[size_t(n) * C + c] = y[size_t(n) * C + c] * w[c] + b[c];
+    benchmark::ClobberMemory();
+  }
+  state.counters["GB/s"] = benchmark::Counter(double(N) * C * 8 * state.iterations(),
+                                              benchmark::Counter::kIsRate,
+                                              benchmark::Counter::kIs1000);
+}
+
+// --- classifier ----------------------------------------------------------------------
+
+void BM_ClassifierFused(benchmark::State& state, int N, int V, int Vp) {
+  auto logits = random_floats(size_t(N) * Vp, 11, 2.0f);
+  std::vector<int32_t> targets(N);
+  for (int n = 0; n < N; ++n) targets[n] = (n * 7919) % V;
+  std::vector<float> lse(N), dlogits(size_t(N) * Vp);
+  for (auto _ : state) {
+    benchmark::DoNotOptimize(
+        cpu::cross_entropy_forward(lse.data(), logits.data(), targets.data(), N, V, Vp));
+    cpu::cross_entropy_backward(dlogits.data(), logits.data(), lse.data(), targets.data(), N, V,
+                                Vp, 1.0f);
+    benchmark::ClobberMemory();
+  }
+  state.counters["GB/s"] = benchmark::Counter(double(N) * Vp * 12 * state.iterations(),
+                                              benchmark::Counter::kIsRate,
+                                              benchmark::Counter::kIs1000);
+}
+
+// The unfused sequence: softmax into a probability tensor, loss from it, gradient from it.
+void BM_ClassifierUnfused(benchmark::State& state, int N, int V, int Vp) {
+  auto logits = random_floats(size_t(N) * Vp, 11, 2.0f);
+  std::vector<int32_t> targets(N);
+  for (int n = 0; n < N; ++n) targets[n] = (n * 7919) % V;
+  std::vector<float> probs(size_t(N) * Vp), dlogits(size_t(N) * Vp);
+  for (auto _ : state) {
+    double loss = 0.0;
+#pragma omp parallel for schedule(static) reduction(+ : loss)
+    for (int n = 0; n < N; ++n) {
+      const float* x = logits.data() + size_t(n) * Vp;
+      float* p = probs.data() + size_t(n) * Vp;
+      float m = x[0];
+      for (int v = 1; v < V; ++v) m = std::max(m, x[v]);
+      float z = 0.0f;
+      for (int v = 0; v < V; ++v) z += p[v] = std::exp(x[v] - m);
+      for (int v = 0; v < V; ++v) p[v] /= z;
+      loss -= std::log(p[targets[n]]);
+    }
+    benchmark::DoNotOptimize(loss);
+#pragma omp parallel for schedule(static)
+    for (int n = 0; n < N; ++n) {
+      const float* p = probs.data() + size_t(n) * Vp;
+      float* d = dlogits.data() + size_t(n) * Vp;
+      for (int v = 0; v < V; ++v) d[v] = (p[v] - (v == targets[n])) / N;
+      for (int v = V; v < Vp; ++v) d[v] = 0.0f;
+    }
+    benchmark::ClobberMemory();
+  }
+  state.counters["GB/s"] = benchmark::Counter(double(N) * Vp * 12 * state.iterations(),
+                                              benchmark::Counter::kIsRate,
+                                              benchmark::Counter::kIs1000);
+}
+
+void register_all() {
+  for (const LinearShape& s : kShapes)
+    for (Pass p : {Pass::kForward, Pass::kDinp, Pass::kDweight}) {
+      const std::string suffix = std::string(s.name) + "/" + pass_name(p);
+      benchmark::RegisterBenchmark(("gemm/openblas/" + suffix).c_str(), BM_GemmOpenBLAS, s, p)
+          ->Unit(benchmark::kMicrosecond)
+          ->UseRealTime();
+      benchmark::RegisterBenchmark(("gemm/onednn/" + suffix).c_str(), BM_GemmOneDNN, s, p)
+          ->Unit(benchmark::kMicrosecond)
+          ->UseRealTime();
+      benchmark::RegisterBenchmark(("gemm/forge/" + suffix).c_str(), BM_GemmForge, s, p)
+          ->Unit(benchmark::kMicrosecond)
+          ->UseRealTime();
+    }
+  for (const AttentionShape& a : kAttention) {
+    const std::string n = a.name;
+    benchmark::RegisterBenchmark(("attention/fused/fwd/" + n).c_str(), BM_AttentionFused, a, false)
+        ->Unit(benchmark::kMicrosecond)
+        ->UseRealTime();
+    benchmark::RegisterBenchmark(("attention/unfused/fwd/" + n).c_str(), BM_AttentionUnfused, a)
+        ->Unit(benchmark::kMicrosecond)
+        ->UseRealTime();
+    benchmark::RegisterBenchmark(("attention/fused/bwd/" + n).c_str(), BM_AttentionFused, a, true)
+        ->Unit(benchmark::kMicrosecond)
+        ->UseRealTime();
+  }
+  for (auto [name, N, C] : {std::tuple{"small", 2048, 384}, std::tuple{"124m", 1024, 768}}) {
+    const std::string n = name;
+    benchmark::RegisterBenchmark(("layernorm/fused/fwd/" + n).c_str(), BM_LayerNormFused, N, C,
+                                 false)
+        ->Unit(benchmark::kMicrosecond)
+        ->UseRealTime();
+    benchmark::RegisterBenchmark(("layernorm/unfused/fwd/" + n).c_str(), BM_LayerNormUnfused, N, C)
+        ->Unit(benchmark::kMicrosecond)
+        ->UseRealTime();
+    benchmark::RegisterBenchmark(("layernorm/fused/bwd/" + n).c_str(), BM_LayerNormFused, N, C,
+                                 true)
+        ->Unit(benchmark::kMicrosecond)
+        ->UseRealTime();
+  }
+  for (auto [name, N, V, Vp] :
+       {std::tuple{"small", 2048, 256, 256}, std::tuple{"124m", 1024, 50257, 50304}}) {
+    const std::string n = name;
+    benchmark::RegisterBenchmark(("classifier/fused/" + n).c_str(), BM_ClassifierFused, N, V, Vp)
+        ->Unit(benchmark::kMicrosecond)
+        ->UseRealTime();
+    benchmark::RegisterBenchmark(("classifier/unfused/" + n).c_str(), BM_ClassifierUnfused, N, V,
+                                 Vp)
+        ->Unit(benchmark::kMicrosecond)
+        ->UseRealTime();
+  }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  register_all();
+  benchmark::Initialize(&argc, argv);
+  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  return 0;
+}

@@ -1,0 +1,96 @@
+#include <fmt/format.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+
+#include <nlohmann/json.hpp>
+
+#include "forge/cli/commands.h"
+#include "forge/core/error.h"
+#include "forge/core/threads.h"
+#include "forge/data/tokenizer.h"
+#include "forge/train/evaluate.h"
+#include "forge/train/loaded_model.h"
+
+namespace forge::cli {
+
+namespace {
+// Byte-level vocabularies use the byte tokenizer; anything larger is GPT-2 BPE.
+std::string default_tokenizer(const ModelConfig& m) { return m.vocab_size <= 256 ? "bytes" : "gpt2"; }
+}  // namespace
+
+void register_eval(CLI::App& app) {
+  struct Opts {
+    std::string checkpoint, config, data;
+    int batches = -1, threads = 0;
+    bool json = false;
+  };
+  auto o = std::make_shared<Opts>();
+  auto* cmd = app.add_subcommand("eval", "validation loss and perplexity of a checkpoint");
+  cmd->add_option("--checkpoint", o->checkpoint, "checkpoint directory (or model .safetensors with --config)")->required();
+  cmd->add_option("--config", o->config, "config JSON (default: the checkpoint's own)");
+  cmd->add_option("--data", o->data, "token shard to evaluate on (default: the config's data.val)");
+  cmd->add_option("--batches", o->batches, "micro-batches to evaluate (default: train.eval_batches)");
+  cmd->add_option("--threads", o->threads, "threads (default: all cores)");
+  cmd->add_flag("--json", o->json, "print one JSON object instead of text");
+  cmd->callback([o] {
+    set_thread_count(o->threads);
+    LoadedModel lm = load_trained_model(o->checkpoint, o->config, 0, 0);
+    (void)lm;
+    const Config& c = lm.config;
+    const std::string data = o->data.empty() ? c.data.val : o->data;
+    if (data.empty()) fail("{}: field 'data.val' is empty and no --data was given", c.path);
+    const int batches = o->batches > 0 ? o->batches : c.train.eval_batches;
+    const double loss = evaluate_loss(*lm.model, data, c.train.batch_size, c.train.seq_len, batches);
+    if (o->json)
+      fmt::print("{}\n", nlohmann::json{{"val_loss", loss}, {"perplexity", std::exp(loss)},
+                                         {"data", data}, {"batches", batches}}.dump());
+    else
+      fmt::print("val loss {:.4f} | perplexity {:.3f} | {} ({} batches)\n", loss, std::exp(loss),
+                 data, batches);
+  });
+}
+
+void register_sample(CLI::App& app) {
+  struct Opts {
+    std::string checkpoint, config, prompt = "\n", tokenizer, vocab_dir;
+    SampleOptions s;
+    int threads = 0;
+  };
+  auto o = std::make_shared<Opts>();
+  auto* cmd = app.add_subcommand("sample", "generate text from a checkpoint, streamed as it is made");
+  cmd->add_option("--checkpoint", o->checkpoint, "checkpoint directory")->required();
+  cmd->add_option("--config", o->config, "config JSON (default: the checkpoint's own)");
+  cmd->add_option("--prompt", o->prompt, "text to continue");
+  cmd->add_option("--tokens", o->s.max_new_tokens, "tokens to generate")->check(CLI::PositiveNumber);
+  cmd->add_option("--temperature", o->s.temperature, "softmax temperature (0 = greedy)")->check(CLI::NonNegativeNumber);
+  cmd->add_option("--top-k", o->s.top_k, "sample among the k most likely tokens (0 = all)")->check(CLI::NonNegativeNumber);
+  cmd->add_option("--seed", o->s.seed, "random seed");
+  cmd->add_option("--tokenizer", o->tokenizer, "bytes | gpt2 (default: from the vocabulary size)");
+  cmd->add_option("--vocab-dir", o->vocab_dir, "folder with encoder.json and vocab.bpe (gpt2)");
+  cmd->add_option("--threads", o->threads, "threads (default: all cores)");
+  cmd->callback([o] {
+    set_thread_count(o->threads);
+    LoadedModel lm = load_trained_model(o->checkpoint, o->config, 1, 0);
+    const std::string tok_name = o->tokenizer.empty() ? default_tokenizer(lm.config.model) : o->tokenizer;
+    auto tok = make_tokenizer(tok_name, TokenizerOptions{o->vocab_dir});
+    std::vector<int32_t> prompt;
+    for (uint32_t t : tok->encode(o->prompt)) prompt.push_back(static_cast<int32_t>(t));
+    fmt::print("{}", o->prompt);
+    std::fflush(stdout);
+    const auto t0 = std::chrono::steady_clock::now();
+    // Bytes of a multi-byte character may arrive one token at a time: print as they come.
+    const int T = std::min(lm.config.train.seq_len, lm.config.model.block_size);
+    generate(*lm.model, prompt, T, o->s, [&](int32_t t) {
+      const uint32_t id = static_cast<uint32_t>(t);
+      fmt::print("{}", tok->decode(std::span<const uint32_t>(&id, 1)));
+      std::fflush(stdout);
+    });
+    const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    fmt::print(stderr, "\n[{} tokens in {:.2f} s, {:.1f} tokens/s]\n", o->s.max_new_tokens, secs,
+               o->s.max_new_tokens / secs);
+  });
+}
+
+}  // namespace forge::cli

@@ -1,0 +1,43 @@
+#include <set>
+#include <sstream>
+
+#include "forge/cli/commands.h"
+#include "forge/core/error.h"
+#include "forge/train/trainer.h"
+
+namespace forge::cli {
+
+void register_train(CLI::App& app) {
+  auto* cmd = app.add_subcommand("train", "train a model from a JSON config");
+  auto opt = std::make_shared<TrainOptions>();
+  auto act_steps = std::make_shared<std::string>();
+  cmd->add_option("--config", opt->config_path, "config JSON (see configs/)")->required();
+  cmd->add_option("--resume", opt->resume, "checkpoint directory to continue from, bit for bit");
+  cmd->add_option("--init", opt->init, "safetensors file with the initial parameters (HF names)");
+  cmd->add_option("--numerics", opt->numerics, "numerics profile: fast | torch-cpu | bf16");
+  cmd->add_option("--dump", opt->dump_dir, "write equivalence dumps into this directory");
+  cmd->add_option("--dump-level", opt->dump_level, "1: loss, grads, params per step; 2: + activations")
+      ->check(CLI::Range(1, 2));
+  cmd->add_option("--dump-act-steps", *act_steps, "steps with level-2 activations, e.g. 1,8");
+  cmd->add_option("--steps", opt->steps, "override train.steps (also the schedule's length)");
+  cmd->add_option("--stop-after", opt->stop_after, "stop with a checkpoint after this many steps");
+  cmd->add_option("--out-dir", opt->out_dir, "override out_dir");
+  cmd->add_flag("--quiet", opt->quiet, "no per-step lines (metrics.jsonl is still written)");
+  cmd->callback([opt, act_steps] {
+    if (!act_steps->empty()) {
+      std::stringstream ss(*act_steps);
+      std::string item;
+      while (std::getline(ss, item, ',')) {
+        try {
+          opt->dump_act_steps.insert(std::stoll(item));
+        } catch (const std::exception&) {
+          fail("--dump-act-steps: expected comma-separated step numbers, got '{}'", *act_steps);
+        }
+      }
+    }
+    if (!opt->dump_dir.empty() && opt->dump_level == 0) opt->dump_level = 1;
+    run_training(*opt);
+  });
+}
+
+}  // namespace forge::cli

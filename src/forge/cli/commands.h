@@ -1,0 +1,14 @@
+// The `forge` subcommands. Each file registers its own options and its handler.
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+namespace forge::cli {
+
+void register_train(CLI::App& app);
+void register_eval(CLI::App& app);
+void register_sample(CLI::App& app);
+void register_data(CLI::App& app);
+void register_export(CLI::App& app);
+
+}  // namespace forge::cli

@@ -1,0 +1,96 @@
+#include "forge/core/peak.h"
+
+#include <immintrin.h>
+#include <omp.h>
+
+#include <chrono>
+
+namespace forge {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// 12 independent accumulators hide the FMA latency (4 cycles x 2 ports + slack).
+#if defined(__AVX512F__)
+using Vec = __m512;
+constexpr int kLanes = 16;
+inline Vec vset(float x) { return _mm512_set1_ps(x); }
+inline Vec vfma(Vec a, Vec b, Vec c) { return _mm512_fmadd_ps(a, b, c); }
+inline float vsum(Vec a) { return _mm512_reduce_add_ps(a); }
+#elif defined(__AVX2__) && defined(__FMA__)
+using Vec = __m256;
+constexpr int kLanes = 8;
+inline Vec vset(float x) { return _mm256_set1_ps(x); }
+inline Vec vfma(Vec a, Vec b, Vec c) { return _mm256_fmadd_ps(a, b, c); }
+inline float vsum(Vec a) {
+  alignas(32) float t[8];
+  _mm256_store_ps(t, a);
+  float s = 0;
+  for (float x : t) s += x;
+  return s;
+}
+#else
+using Vec = float;
+constexpr int kLanes = 1;
+inline Vec vset(float x) { return x; }
+inline Vec vfma(Vec a, Vec b, Vec c) { return a * b + c; }
+inline float vsum(Vec a) { return a; }
+#endif
+
+double fma_kernel(long iters) {
+  Vec acc[12];
+  for (int i = 0; i < 12; ++i) acc[i] = vset(0.001f * i);
+  const Vec a = vset(0.999999f), b = vset(1e-7f);
+  for (long it = 0; it < iters; ++it)
+    for (int i = 0; i < 12; ++i) acc[i] = vfma(acc[i], a, b);
+  float s = 0;
+  for (int i = 0; i < 12; ++i) s += vsum(acc[i]);
+  return s;
+}
+
+#if defined(__AVX512BF16__)
+double bf16_kernel(long iters) {
+  __m512 acc[12];
+  for (int i = 0; i < 12; ++i) acc[i] = _mm512_set1_ps(0.0f);
+  const __m512bh a = _mm512_cvtne2ps_pbh(_mm512_set1_ps(1e-3f), _mm512_set1_ps(1e-3f));
+  for (long it = 0; it < iters; ++it)
+    for (int i = 0; i < 12; ++i) acc[i] = _mm512_dpbf16_ps(acc[i], a, a);
+  float s = 0;
+  for (int i = 0; i < 12; ++i) s += _mm512_reduce_add_ps(acc[i]);
+  return s;
+}
+#endif
+
+template <typename Kernel>
+double measure(Kernel kernel, double flops_per_iter_per_thread, int threads, double seconds) {
+  double sink = 0;  // consumed below so the kernel cannot be optimised away
+  long iters = 1 << 16;
+  // Grow the work until one pass takes long enough to time reliably.
+  while (true) {
+    const auto t0 = Clock::now();
+#pragma omp parallel num_threads(threads) reduction(+ : sink)
+    sink += kernel(iters);
+    const double dt = std::chrono::duration<double>(Clock::now() - t0).count();
+    if (dt >= seconds) {
+      const double rate = flops_per_iter_per_thread * iters * threads / dt;
+      return sink == 12345.678 ? rate + 1 : rate;
+    }
+    iters *= 2;
+  }
+}
+
+}  // namespace
+
+Peak measure_peak(int threads, double seconds) {
+  Peak p;
+  p.threads = threads;
+  p.fp32_flops = measure(fma_kernel, 12.0 * kLanes * 2, threads, seconds);
+#if defined(__AVX512BF16__)
+  // vdpbf16ps: 16 lanes x 2 products x (multiply + add)
+  p.bf16_flops = measure(bf16_kernel, 12.0 * 16 * 4, threads, seconds);
+#endif
+  return p;
+}
+
+}  // namespace forge

@@ -1,0 +1,256 @@
+#include "forge/data/prepare.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <nlohmann/json.hpp>
+
+#include "forge/core/error.h"
+#include "forge/data/shard.h"
+#include "forge/io/atomic_file.h"
+
+namespace forge {
+namespace fs = std::filesystem;
+
+namespace {
+
+bool ends_with(const std::string& s, std::string_view suffix) {
+  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+struct InputFile {
+  std::string path;
+  bool from_directory;  // binary files are skipped there, but are an error when named
+  uint64_t size;
+};
+
+std::vector<InputFile> list_inputs(const std::vector<std::string>& inputs) {
+  std::vector<InputFile> files;
+  for (const std::string& input : inputs) {
+    std::error_code ec;
+    fs::file_status st = fs::status(input, ec);
+    if (ec || !fs::exists(st)) fail("{}: input not found", input);
+    if (fs::is_directory(st)) {
+      std::vector<std::string> found;
+      for (auto it = fs::recursive_directory_iterator(input, ec); !ec && it != fs::recursive_directory_iterator();
+           it.increment(ec)) {
+        const std::string p = it->path().string();
+        if (!it->is_regular_file(ec)) continue;
+        // fortune(6) keeps binary index files (*.dat) and UTF-8 variants (*.u8) beside the text.
+        if (ends_with(p, ".dat") || ends_with(p, ".u8")) continue;
+        found.push_back(p);
+      }
+      if (ec) fail("{}: cannot list directory: {}", input, ec.message());
+      std::sort(found.begin(), found.end());
+      for (auto& p : found) files.push_back({p, true, static_cast<uint64_t>(fs::file_size(p, ec))});
+    } else if (fs::is_regular_file(st)) {
+      files.push_back({input, false, static_cast<uint64_t>(fs::file_size(input, ec))});
+    } else {
+      fail("{}: input is neither a regular file nor a directory", input);
+    }
+  }
+  return files;
+}
+
+class ProgressBar {
+ public:
+  ProgressBar(bool enabled, uint64_t total_bytes) : enabled_(enabled && ::isatty(2)), total_(total_bytes) {}
+
+  void update(uint64_t done_bytes, size_t documents, uint64_t tokens, bool force = false) {
+    if (!enabled_) return;
+    auto now = std::chrono::steady_clock::now();
+    if (!force && now - last_ < std::chrono::milliseconds(100)) return;
+    last_ = now;
+    const double frac = total_ ? std::min(1.0, double(done_bytes) / double(total_)) : 1.0;
+    constexpr int kWidth = 30;
+    const int filled = static_cast<int>(frac * kWidth);
+    std::string bar(filled, '#');
+    bar.append(kWidth - filled, '.');
+    std::fprintf(stderr, "\r[%s] %3d%%  %.1f/%.1f MB  %zu docs  %llu tokens", bar.c_str(), int(frac * 100),
+                 done_bytes / 1e6, total_ / 1e6, documents, static_cast<unsigned long long>(tokens));
+    std::fflush(stderr);
+    drawn_ = true;
+  }
+
+  void finish() {
+    if (drawn_) std::fputc('\n', stderr);
+  }
+
+ private:
+  bool enabled_;
+  uint64_t total_;
+  bool drawn_ = false;
+  std::chrono::steady_clock::time_point last_{};
+};
+
+// Routes documents to the two splits. The latest document is held back until the next
+// one arrives, because the rules for the last document depend on what came before it.
+class Splitter {
+ public:
+  Splitter(const Tokenizer& tok, double val_fraction)
+      : tok_(tok), eot_(tok.eot_token()), newline_(tok.encode("\n")), val_fraction_(val_fraction) {
+    every_ = std::max<size_t>(2, static_cast<size_t>(std::llround(1.0 / val_fraction)));
+  }
+
+  void add(std::string text) {
+    if (!eot_ && (text.empty() || text.back() != '\n')) text.push_back('\n');
+    if (have_pending_) commit(pending_index_ % every_ == every_ - 1);
+    pending_ = tok_.encode(text);
+    pending_index_ = documents_++;
+    have_pending_ = true;
+  }
+
+  void finish() {
+    if (!have_pending_) return;
+    if (documents_ == 1) {
+      // One document (a single text file): split it by tokens so validation is not empty.
+      const size_t n = pending_.size();
+      const size_t n_val = std::min(n, static_cast<size_t>(std::ceil(val_fraction_ * double(n))));
+      std::vector<uint32_t> head(pending_.begin(), pending_.end() - static_cast<std::ptrdiff_t>(n_val));
+      std::vector<uint32_t> tail(pending_.end() - static_cast<std::ptrdiff_t>(n_val), pending_.end());
+      have_pending_ = false;
+      append(train_, std::move(head));
+      append(val_, std::move(tail));
+      train_docs_ = val_docs_ = 1;
+      return;
+    }
+    bool to_val = pending_index_ % every_ == every_ - 1 || val_docs_ == 0;
+    commit(to_val);
+  }
+
+  size_t documents() const { return documents_; }
+  uint64_t tokens_so_far() const { return train_.size() + val_.size() + pending_.size(); }
+
+  std::vector<uint32_t> train_, val_;
+  size_t train_docs_ = 0, val_docs_ = 0;
+
+ private:
+  void commit(bool to_val) {
+    have_pending_ = false;
+    if (to_val) {
+      append(val_, std::move(pending_));
+      ++val_docs_;
+    } else {
+      append(train_, std::move(pending_));
+      ++train_docs_;
+    }
+    pending_.clear();
+  }
+
+  void append(std::vector<uint32_t>& split, std::vector<uint32_t> doc) {
+    if (eot_) split.push_back(*eot_);
+    else if (!split.empty()) split.insert(split.end(), newline_.begin(), newline_.end());
+    split.insert(split.end(), doc.begin(), doc.end());
+  }
+
+  const Tokenizer& tok_;
+  std::optional<uint32_t> eot_;
+  std::vector<uint32_t> newline_;
+  double val_fraction_;
+  size_t every_ = 10;
+  std::vector<uint32_t> pending_;
+  size_t pending_index_ = 0;
+  bool have_pending_ = false;
+  size_t documents_ = 0;
+};
+
+void read_jsonl(const std::string& path, const std::string& content, const std::string& field, Splitter& out) {
+  size_t line_no = 0;
+  size_t pos = 0;
+  while (pos < content.size()) {
+    size_t end = content.find('\n', pos);
+    if (end == std::string::npos) end = content.size();
+    std::string_view line(content.data() + pos, end - pos);
+    pos = end + 1;
+    ++line_no;
+    if (line.find_first_not_of(" \t\r") == std::string_view::npos) continue;
+    nlohmann::json j;
+    try {
+      j = nlohmann::json::parse(line);
+    } catch (const nlohmann::json::parse_error& e) {
+      fail("{}:{}: malformed JSON at column {}: {}", path, line_no, e.byte, e.what());
+    }
+    if (!j.is_object()) fail("{}:{}: expected a JSON object per line", path, line_no);
+    auto it = j.find(field);
+    if (it == j.end()) fail("{}:{}: missing field '{}'", path, line_no, field);
+    if (!it->is_string()) fail("{}:{}: field '{}': expected a string, got {}", path, line_no, field, it->type_name());
+    std::string text = it->get<std::string>();
+    if (!text.empty()) out.add(std::move(text));
+  }
+}
+
+}  // namespace
+
+PrepareResult prepare_data(const PrepareOptions& options) {
+  auto tok = make_tokenizer(options.tokenizer, options.tokenizer_options);
+  return prepare_data(options, *tok);
+}
+
+PrepareResult prepare_data(const PrepareOptions& options, const Tokenizer& tokenizer) {
+  if (options.inputs.empty()) fail("data prepare: no inputs given");
+  if (options.out_dir.empty()) fail("data prepare: no output directory given");
+  if (!(options.val_fraction > 0.0 && options.val_fraction <= 0.5))
+    fail("data prepare: val_fraction must be in (0, 0.5], got {}", options.val_fraction);
+  if (options.text_field.empty()) fail("data prepare: text_field must not be empty");
+
+  const std::vector<InputFile> files = list_inputs(options.inputs);
+  uint64_t total_bytes = 0;
+  for (const auto& f : files) total_bytes += f.size;
+  ensure_writable_dir(options.out_dir);
+
+  PrepareResult r;
+  r.vocab_size = tokenizer.vocab_size();
+  r.train_path = (fs::path(options.out_dir) / "train.bin").string();
+  r.val_path = (fs::path(options.out_dir) / "val.bin").string();
+
+  Splitter splitter(tokenizer, options.val_fraction);
+  ProgressBar bar(options.progress, total_bytes);
+  uint64_t done_bytes = 0;
+  for (const InputFile& f : files) {
+    std::string content = read_text_file(f.path);
+    done_bytes += f.size;
+    if (content.find('\0') != std::string::npos) {
+      if (f.from_directory) {
+        ++r.skipped_files;
+        continue;
+      }
+      fail("{}: looks binary (contains NUL bytes); expected a text or .jsonl file", f.path);
+    }
+    ++r.files;
+    r.input_bytes += content.size();
+    if (ends_with(f.path, ".jsonl")) read_jsonl(f.path, content, options.text_field, splitter);
+    else if (!content.empty()) splitter.add(std::move(content));
+    bar.update(done_bytes, splitter.documents(), splitter.tokens_so_far());
+  }
+  splitter.finish();
+  bar.update(done_bytes, splitter.documents(), splitter.tokens_so_far(), true);
+  bar.finish();
+  if (splitter.documents() == 0) fail("data prepare: no documents found in the inputs ({} files read)", r.files);
+
+  r.documents = splitter.documents();
+  r.train_documents = splitter.train_docs_;
+  r.val_documents = splitter.val_docs_;
+  r.train_tokens = splitter.train_.size();
+  r.val_tokens = splitter.val_.size();
+
+  ShardWriter train(r.train_path, tokenizer.vocab_size());
+  train.append(splitter.train_.data(), splitter.train_.size());
+  train.finish();
+  ShardWriter val(r.val_path, tokenizer.vocab_size());
+  val.append(splitter.val_.data(), splitter.val_.size());
+  val.finish();
+
+  std::fprintf(stderr,
+               "prepared %zu documents from %zu files (%zu skipped) with tokenizer %s: train %llu tokens (%zu docs) "
+               "-> %s, val %llu tokens (%zu docs) -> %s\n",
+               r.documents, r.files, r.skipped_files, tokenizer.name().c_str(),
+               static_cast<unsigned long long>(r.train_tokens), r.train_documents, r.train_path.c_str(),
+               static_cast<unsigned long long>(r.val_tokens), r.val_documents, r.val_path.c_str());
+  return r;
+}
+
+}  // namespace forge

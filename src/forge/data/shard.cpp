@@ -1,0 +1,212 @@
+#include "forge/data/shard.h"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
+#include "forge/core/error.h"
+#include "forge/io/atomic_file.h"
+
+namespace forge {
+namespace {
+
+constexpr char kForgeMagic[8] = {'F', 'R', 'G', 'T', 'O', 'K', 'S', '\0'};
+constexpr size_t kForgeHeaderBytes = 64;
+constexpr uint32_t kForgeVersion = 1;
+constexpr int32_t kLlmcMagic = 20240520;
+constexpr size_t kLlmcHeaderBytes = 256 * sizeof(int32_t);
+
+const char* format_name(ShardFormat f) {
+  switch (f) {
+    case ShardFormat::Auto: return "auto";
+    case ShardFormat::Forge: return "forge";
+    case ShardFormat::NanoGPT: return "nanogpt";
+    case ShardFormat::LlmC: return "llmc";
+  }
+  return "?";
+}
+
+template <typename T>
+T load_le(const uint8_t* p) {
+  T v;
+  std::memcpy(&v, p, sizeof(T));
+  return v;
+}
+
+}  // namespace
+
+ShardFormat parse_shard_format(const std::string& s) {
+  if (s == "auto") return ShardFormat::Auto;
+  if (s == "forge") return ShardFormat::Forge;
+  if (s == "nanogpt") return ShardFormat::NanoGPT;
+  if (s == "llmc") return ShardFormat::LlmC;
+  fail("shard format: expected one of auto|forge|nanogpt|llmc, got \"{}\"", s);
+}
+
+ShardWriter::ShardWriter(std::string path, uint32_t vocab_size) : path_(std::move(path)), vocab_size_(vocab_size) {
+  if (vocab_size_ == 0) fail("{}: shard vocabulary size must be positive", path_);
+}
+
+void ShardWriter::append(const uint32_t* tokens, size_t n) {
+  for (size_t i = 0; i < n; ++i)
+    if (tokens[i] >= vocab_size_)
+      fail("{}: token {} at index {} is outside the vocabulary of {}", path_, tokens[i], tokens_.size() + i,
+           vocab_size_);
+  tokens_.insert(tokens_.end(), tokens, tokens + n);
+}
+
+void ShardWriter::finish() {
+  // uint16 halves the file (and the page-cache footprint) whenever the vocabulary allows it.
+  const uint32_t bytes_per_token = vocab_size_ <= 65536 ? 2 : 4;
+  uint8_t header[kForgeHeaderBytes] = {};
+  std::memcpy(header, kForgeMagic, 8);
+  const uint64_t count = tokens_.size(), vocab = vocab_size_;
+  std::memcpy(header + 8, &kForgeVersion, 4);
+  std::memcpy(header + 12, &bytes_per_token, 4);
+  std::memcpy(header + 16, &count, 8);
+  std::memcpy(header + 24, &vocab, 8);
+
+  write_file_atomic(path_, [&](std::FILE* f) {
+    auto put = [&](const void* p, size_t n) {
+      if (n && std::fwrite(p, 1, n, f) != n) fail("{}: write failed: {}", path_, std::strerror(errno));
+    };
+    put(header, sizeof header);
+    if (bytes_per_token == 4) {
+      put(tokens_.data(), tokens_.size() * 4);
+    } else {
+      // Narrow in chunks so a large shard does not need a second full-size buffer.
+      std::vector<uint16_t> chunk(1 << 16);
+      for (size_t i = 0; i < tokens_.size(); i += chunk.size()) {
+        size_t n = std::min(chunk.size(), tokens_.size() - i);
+        for (size_t k = 0; k < n; ++k) chunk[k] = static_cast<uint16_t>(tokens_[i + k]);
+        put(chunk.data(), n * 2);
+      }
+    }
+  });
+}
+
+ShardReader::ShardReader(const std::string& path, ShardFormat format) : path_(path) {
+  int fd = ::open(path.c_str(), O_RDONLY);
+  if (fd < 0) fail("{}: cannot open token shard: {}", path, std::strerror(errno));
+  struct stat st {};
+  if (::fstat(fd, &st) != 0) {
+    int err = errno;
+    ::close(fd);
+    fail("{}: cannot stat: {}", path, std::strerror(err));
+  }
+  map_size_ = static_cast<size_t>(st.st_size);
+  if (map_size_ > 0) {
+    void* p = ::mmap(nullptr, map_size_, PROT_READ, MAP_PRIVATE, fd, 0);
+    int err = errno;
+    if (p == MAP_FAILED) {
+      ::close(fd);
+      fail("{}: cannot mmap: {}", path, std::strerror(err));
+    }
+    map_ = static_cast<const uint8_t*>(p);
+  }
+  ::close(fd);
+
+  try {
+    const bool forge_magic = map_size_ >= 8 && std::memcmp(map_, kForgeMagic, 8) == 0;
+    const bool llmc_magic = map_size_ >= 4 && load_le<int32_t>(map_) == kLlmcMagic;
+    if (format == ShardFormat::Auto) {
+      if (forge_magic) format = ShardFormat::Forge;
+      else if (llmc_magic) format = ShardFormat::LlmC;
+      else if (map_size_ % 2 == 0) format = ShardFormat::NanoGPT;
+      else fail("{}: not a token shard: no forge or llm.c magic and an odd size ({} bytes) for raw uint16 tokens", path, map_size_);
+    }
+    format_ = format;
+
+    size_t header_bytes = 0;
+    uint64_t declared = 0;
+    switch (format) {
+      case ShardFormat::Forge: {
+        if (!forge_magic) fail("{}: not a forge token shard (magic \"FRGTOKS\" missing)", path);
+        if (map_size_ < kForgeHeaderBytes) fail("{}: truncated forge shard: {} bytes, header needs {}", path, map_size_, kForgeHeaderBytes);
+        uint32_t version = load_le<uint32_t>(map_ + 8);
+        if (version != kForgeVersion) fail("{}: forge shard version {} is not supported (expected {})", path, version, kForgeVersion);
+        bytes_per_token_ = load_le<uint32_t>(map_ + 12);
+        if (bytes_per_token_ != 2 && bytes_per_token_ != 4)
+          fail("{}: forge shard: bytes per token must be 2 or 4, got {}", path, bytes_per_token_);
+        declared = load_le<uint64_t>(map_ + 16);
+        uint64_t vocab = load_le<uint64_t>(map_ + 24);
+        if (vocab > UINT32_MAX) fail("{}: forge shard: vocabulary size {} out of range", path, vocab);
+        vocab_size_ = static_cast<uint32_t>(vocab);
+        header_bytes = kForgeHeaderBytes;
+        break;
+      }
+      case ShardFormat::LlmC: {
+        if (!llmc_magic) fail("{}: not an llm.c token shard (magic 20240520 missing)", path);
+        if (map_size_ < kLlmcHeaderBytes) fail("{}: truncated llm.c shard: {} bytes, header needs {}", path, map_size_, kLlmcHeaderBytes);
+        int32_t version = load_le<int32_t>(map_ + 4);
+        if (version != 1) fail("{}: llm.c shard version {} is not supported (expected 1 = uint16 tokens)", path, version);
+        int32_t n = load_le<int32_t>(map_ + 8);
+        if (n < 0) fail("{}: llm.c shard: negative token count {}", path, n);
+        declared = static_cast<uint64_t>(n);
+        bytes_per_token_ = 2;
+        header_bytes = kLlmcHeaderBytes;
+        break;
+      }
+      case ShardFormat::NanoGPT: {
+        if (map_size_ % 2 != 0) fail("{}: raw uint16 token file has an odd size ({} bytes)", path, map_size_);
+        bytes_per_token_ = 2;
+        declared = map_size_ / 2;
+        header_bytes = 0;
+        break;
+      }
+      case ShardFormat::Auto: break;
+    }
+    const uint64_t available = (map_size_ - header_bytes) / bytes_per_token_;
+    if (declared > available)
+      fail("{}: truncated {} shard: header says {} tokens but the file holds {}", path, format_name(format), declared, available);
+    if ((map_size_ - header_bytes) != declared * bytes_per_token_)
+      fail("{}: {} shard has {} trailing bytes after its {} tokens", path, format_name(format),
+           map_size_ - header_bytes - declared * bytes_per_token_, declared);
+    count_ = static_cast<size_t>(declared);
+    tokens_ = map_ + header_bytes;
+    if (count_ > 0 && bytes_per_token_ == 2) ::madvise(const_cast<uint8_t*>(map_), map_size_, MADV_WILLNEED);
+  } catch (...) {
+    if (map_) ::munmap(const_cast<uint8_t*>(map_), map_size_);
+    map_ = nullptr;
+    throw;
+  }
+}
+
+ShardReader::~ShardReader() {
+  if (map_) ::munmap(const_cast<uint8_t*>(map_), map_size_);
+}
+
+uint32_t ShardReader::operator[](size_t i) const {
+  if (i >= count_) fail("{}: token index {} out of range ({} tokens)", path_, i, count_);
+  return bytes_per_token_ == 2 ? load_le<uint16_t>(tokens_ + 2 * i) : load_le<uint32_t>(tokens_ + 4 * i);
+}
+
+void ShardReader::read(size_t start, size_t n, int32_t* dst) const {
+  if (start > count_ || n > count_ - start)
+    fail("{}: read of tokens [{}, {}) out of range ({} tokens)", path_, start, start + n, count_);
+  if (bytes_per_token_ == 2) {
+    const uint8_t* p = tokens_ + 2 * start;
+    for (size_t i = 0; i < n; ++i) dst[i] = load_le<uint16_t>(p + 2 * i);
+  } else {
+    const uint8_t* p = tokens_ + 4 * start;
+    for (size_t i = 0; i < n; ++i) {
+      uint32_t t = load_le<uint32_t>(p + 4 * i);
+      if (t > static_cast<uint32_t>(INT32_MAX)) fail("{}: token {} at index {} does not fit int32", path_, t, start + i);
+      dst[i] = static_cast<int32_t>(t);
+    }
+  }
+}
+
+void ShardReader::check_vocab(uint32_t vocab_size) const {
+  for (size_t i = 0; i < count_; ++i) {
+    uint32_t t = bytes_per_token_ == 2 ? load_le<uint16_t>(tokens_ + 2 * i) : load_le<uint32_t>(tokens_ + 4 * i);
+    if (t >= vocab_size)
+      fail("{}: token {} at index {} is not below the model's vocab_size {}", path_, t, i, vocab_size);
+  }
+}
+
+}  // namespace forge

@@ -1,0 +1,50 @@
+#include "forge/data/tokenize_cmd.h"
+
+#include <fmt/format.h>
+
+#include <fstream>
+#include <iostream>
+#include <iterator>
+#include <memory>
+#include <sstream>
+
+#include "forge/core/error.h"
+#include "forge/data/gpt2_bpe.h"
+#include "forge/data/tokenizer.h"
+
+namespace forge {
+
+int run_tokenize(const std::string& tokenizer, const std::string& file, std::ostream& out,
+                 const std::string& vocab_dir) {
+  // Build the tokenizer before reading: a wrong name fails fast, not after reading stdin.
+  TokenizerOptions options;
+  options.vocab_dir = vocab_dir;
+  // Until make_tokenizer registers "gpt2" (data/tokenizer.cpp), construct it here.
+  std::unique_ptr<Tokenizer> tok = tokenizer == "gpt2" ? std::make_unique<Gpt2Bpe>(vocab_dir)
+                                                       : make_tokenizer(tokenizer, options);
+  std::string text;
+  if (file.empty()) {
+    std::ostringstream ss;
+    ss << std::cin.rdbuf();
+    text = ss.str();
+  } else {
+    std::ifstream f(file, std::ios::binary);
+    if (!f) fail("{}: cannot open the file to tokenize", file);
+    std::ostringstream ss;
+    ss << f.rdbuf();
+    if (f.bad()) fail("{}: read error", file);
+    text = ss.str();
+  }
+  const std::vector<uint32_t> ids = tok->encode(text);
+  fmt::memory_buffer buf;
+  for (size_t i = 0; i < ids.size(); ++i) {
+    if (i) buf.push_back(' ');
+    fmt::format_to(std::back_inserter(buf), "{}", ids[i]);
+  }
+  buf.push_back('\n');
+  out.write(buf.data(), static_cast<std::streamsize>(buf.size()));
+  if (!out) fail("tokenize: cannot write the token ids (output stream failed)");
+  return 0;
+}
+
+}  // namespace forge

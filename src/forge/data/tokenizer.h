@@ -1,0 +1,37 @@
+// The tokenizer seam: data preparation, evaluation and sampling see text only through
+// this interface, so byte-level and GPT-2 BPE tokenizers are interchangeable.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace forge {
+
+class Tokenizer {
+ public:
+  virtual ~Tokenizer() = default;
+  virtual std::string name() const = 0;  // the name make_tokenizer knows it by
+  virtual uint32_t vocab_size() const = 0;  // every id is < vocab_size()
+  // The end-of-text token placed before every document, if the vocabulary has one.
+  virtual std::optional<uint32_t> eot_token() const = 0;
+  virtual std::vector<uint32_t> encode(std::string_view text) const = 0;
+  // Throws forge::Error on an id >= vocab_size().
+  virtual std::string decode(std::span<const uint32_t> ids) const = 0;
+};
+
+struct TokenizerOptions {
+  // Folder with the vocabulary files of tokenizers that need them (gpt2: encoder.json and
+  // vocab.bpe); empty means the tokenizer's own default location.
+  std::string vocab_dir;
+};
+
+// Known names: "bytes". Throws forge::Error listing the known names otherwise.
+std::unique_ptr<Tokenizer> make_tokenizer(const std::string& name, const TokenizerOptions& options = {});
+
+}  // namespace forge

@@ -1,0 +1,105 @@
+#include "forge/io/atomic_file.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "forge/core/error.h"
+
+namespace forge {
+namespace {
+
+std::string errno_text(int err) { return std::strerror(err); }
+
+std::string parent_dir(const std::string& path) {
+  std::filesystem::path p(path);
+  std::filesystem::path parent = p.parent_path();
+  return parent.empty() ? std::string(".") : parent.string();
+}
+
+// The rename is only durable once the directory entry itself reaches the disk.
+void fsync_dir(const std::string& dir, const std::string& target) {
+  int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY);
+  if (fd < 0) fail("{}: cannot open directory {} to sync it: {}", target, dir, errno_text(errno));
+  int rc = ::fsync(fd);
+  int err = errno;
+  ::close(fd);
+  // Some filesystems refuse fsync on directories; that is not a failed write.
+  if (rc != 0 && err != EINVAL && err != EROFS)
+    fail("{}: cannot sync directory {}: {}", target, dir, errno_text(err));
+}
+
+}  // namespace
+
+void write_file_atomic(const std::string& path, const std::function<void(std::FILE*)>& fill) {
+  const std::string tmp = path + ".tmp." + std::to_string(::getpid());
+  std::FILE* f = std::fopen(tmp.c_str(), "wb");
+  if (!f) fail("{}: cannot create temporary file {}: {}", path, tmp, errno_text(errno));
+
+  auto abandon = [&](const std::string& what, int err) {
+    if (f) std::fclose(f);
+    std::remove(tmp.c_str());
+    if (err != 0) fail("{}: {}: {}", path, what, errno_text(err));
+    fail("{}: {}", path, what);
+  };
+
+  try {
+    fill(f);
+  } catch (const Error&) {
+    std::fclose(f);
+    std::remove(tmp.c_str());
+    throw;
+  } catch (const std::exception& e) {
+    abandon(std::string("write failed: ") + e.what(), 0);
+  }
+  if (std::ferror(f)) abandon("write failed", errno ? errno : EIO);
+  if (std::fflush(f) != 0) abandon("write failed (flush)", errno);
+  if (::fsync(::fileno(f)) != 0) abandon("write failed (fsync)", errno);
+  if (std::fclose(f) != 0) {
+    f = nullptr;
+    abandon("write failed (close)", errno);
+  }
+  f = nullptr;
+  if (std::rename(tmp.c_str(), path.c_str()) != 0) abandon("cannot rename temporary file onto it", errno);
+  fsync_dir(parent_dir(path), path);
+}
+
+void write_text_atomic(const std::string& path, std::string_view text) {
+  write_file_atomic(path, [&](std::FILE* f) {
+    if (!text.empty() && std::fwrite(text.data(), 1, text.size(), f) != text.size())
+      fail("{}: write failed: {}", path, errno_text(errno));
+  });
+}
+
+void ensure_writable_dir(const std::string& dir) {
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  if (ec) fail("{}: cannot create directory: {}", dir, ec.message());
+  if (!std::filesystem::is_directory(dir, ec)) fail("{}: exists but is not a directory", dir);
+  // access() lies for root and on some mounts, so actually create and remove a file.
+  const std::string probe = (std::filesystem::path(dir) / (".forge_probe." + std::to_string(::getpid()))).string();
+  int fd = ::open(probe.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  if (fd < 0) fail("{}: directory is not writable: {}", dir, errno_text(errno));
+  ::close(fd);
+  ::unlink(probe.c_str());
+}
+
+std::string read_text_file(const std::string& path) {
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec)) fail("{}: cannot open: is a directory", path);
+  std::ifstream in(path, std::ios::binary);
+  if (!in) fail("{}: cannot open: {}", path, errno_text(errno));
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  if (in.bad()) fail("{}: read failed", path);
+  return ss.str();
+}
+
+}  // namespace forge

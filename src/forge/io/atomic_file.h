@@ -1,0 +1,19 @@
+// Atomic file writes: write to a temporary file beside the target, fsync, rename, fsync dir.
+// A crash or an error leaves either the old file or the new one, never a partial one.
+#pragma once
+
+#include <functional>
+#include <string>
+#include <string_view>
+
+namespace forge {
+
+// Calls fill(fd-backed FILE*) on a temporary file and renames it onto path when fill returns.
+// On any error the temporary file is removed and forge::Error names path.
+void write_file_atomic(const std::string& path, const std::function<void(std::FILE*)>& fill);
+void write_text_atomic(const std::string& path, std::string_view text);
+// Creates dir (and parents); throws naming dir if it cannot be created or written into.
+void ensure_writable_dir(const std::string& dir);
+std::string read_text_file(const std::string& path);  // throws naming path
+
+}  // namespace forge

@@ -1,0 +1,261 @@
+#include "forge/io/config.h"
+
+#include <cmath>
+#include <limits>
+#include <set>
+#include <nlohmann/json.hpp>
+
+#include "forge/core/error.h"
+#include "forge/io/atomic_file.h"
+
+namespace forge {
+namespace {
+
+using nlohmann::json;
+
+const char* json_type_name(const json& v) {
+  if (v.is_number_integer()) return "integer";
+  if (v.is_number_float()) return "number";
+  if (v.is_string()) return "string";
+  if (v.is_boolean()) return "boolean";
+  if (v.is_null()) return "null";
+  if (v.is_array()) return "array";
+  if (v.is_object()) return "object";
+  return v.type_name();
+}
+
+// Reads the fields of one JSON object, remembers which names it knew, and reports the rest
+// as unknown, so a typo like "stpes" never silently falls back to a default.
+class Section {
+ public:
+  Section(const json& obj, std::string prefix, const std::string& where)
+      : obj_(obj), prefix_(std::move(prefix)), where_(where) {}
+
+  std::string field(const std::string& name) const { return prefix_.empty() ? name : prefix_ + "." + name; }
+
+  const json* find(const std::string& name) {
+    known_.insert(name);
+    auto it = obj_.find(name);
+    return it == obj_.end() ? nullptr : &*it;
+  }
+
+  [[noreturn]] void bad(const std::string& name, const std::string& expected, const json& got) const {
+    std::string shown = got.is_string() ? "string " + got.dump() : got.is_number() ? got.dump() : json_type_name(got);
+    fail("{}: field '{}': expected {}, got {}", where_, field(name), expected, shown);
+  }
+
+  // min_value is the smallest accepted value; its wording goes into the error.
+  void read_int(const std::string& name, int& dst, long long min_value, const char* expected) {
+    const json* v = find(name);
+    if (!v) return;
+    if (!v->is_number_integer()) fail("{}: field '{}': expected an integer, got {}", where_, field(name), json_type_name(*v));
+    if (v->is_number_unsigned() && v->get<uint64_t>() > static_cast<uint64_t>(std::numeric_limits<int>::max()))
+      bad(name, expected, *v);
+    long long x = v->get<long long>();
+    if (x < min_value || x > std::numeric_limits<int>::max()) bad(name, expected, *v);
+    dst = static_cast<int>(x);
+  }
+
+  void read_u64(const std::string& name, uint64_t& dst) {
+    const json* v = find(name);
+    if (!v) return;
+    if (!v->is_number_integer()) fail("{}: field '{}': expected an integer, got {}", where_, field(name), json_type_name(*v));
+    if (!v->is_number_unsigned() && v->get<long long>() < 0) bad(name, "a non-negative integer", *v);
+    dst = v->get<uint64_t>();
+  }
+
+  // ok decides the range; expected describes it for the error.
+  template <typename Pred>
+  void read_double(const std::string& name, double& dst, Pred ok, const char* expected) {
+    const json* v = find(name);
+    if (!v) return;
+    if (!v->is_number()) fail("{}: field '{}': expected a number, got {}", where_, field(name), json_type_name(*v));
+    double x = v->get<double>();
+    if (!std::isfinite(x) || !ok(x)) bad(name, expected, *v);
+    dst = x;
+  }
+
+  void read_string(const std::string& name, std::string& dst, std::initializer_list<const char*> choices = {}) {
+    const json* v = find(name);
+    if (!v) return;
+    if (!v->is_string()) fail("{}: field '{}': expected a string, got {}", where_, field(name), json_type_name(*v));
+    std::string s = v->get<std::string>();
+    if (choices.size() > 0) {
+      bool found = false;
+      std::string list;
+      for (const char* c : choices) {
+        if (s == c) found = true;
+        list += list.empty() ? "" : "|";
+        list += c;
+      }
+      if (!found) bad(name, "one of " + list, *v);
+    }
+    dst = std::move(s);
+  }
+
+  const json* object(const std::string& name) {
+    const json* v = find(name);
+    if (v && !v->is_object()) fail("{}: field '{}': expected an object, got {}", where_, field(name), json_type_name(*v));
+    return v;
+  }
+
+  void reject_unknown() const {
+    for (auto it = obj_.begin(); it != obj_.end(); ++it)
+      if (!known_.count(it.key())) fail("{}: unknown field '{}'", where_, field(it.key()));
+  }
+
+ private:
+  const json& obj_;
+  std::string prefix_;
+  const std::string& where_;
+  std::set<std::string> known_;
+};
+
+constexpr const char* kPositive = "a positive integer";
+constexpr const char* kNonNegative = "a non-negative integer";
+
+void parse_model(const json& j, const std::string& where, ModelConfig& m) {
+  Section s(j, "model", where);
+  s.read_string("family", m.family, {"gpt2", "llama"});
+  s.read_int("vocab_size", m.vocab_size, 1, kPositive);
+  s.read_int("padded_vocab_size", m.padded_vocab_size, 0, kNonNegative);
+  s.read_int("n_layer", m.n_layer, 1, kPositive);
+  s.read_int("n_head", m.n_head, 1, kPositive);
+  s.read_int("n_kv_head", m.n_kv_head, 0, kNonNegative);
+  s.read_int("n_embd", m.n_embd, 1, kPositive);
+  s.read_int("block_size", m.block_size, 1, kPositive);
+  s.read_int("ffn_hidden", m.ffn_hidden, 0, kNonNegative);
+  s.read_double("rope_theta", m.rope_theta, [](double x) { return x > 0; }, "a positive number");
+  s.read_double("norm_eps", m.norm_eps, [](double x) { return x > 0; }, "a positive number");
+  s.reject_unknown();
+}
+
+void parse_train(const json& j, const std::string& where, TrainConfig& t) {
+  Section s(j, "train", where);
+  auto positive = [](double x) { return x > 0; };
+  auto non_negative = [](double x) { return x >= 0; };
+  auto beta = [](double x) { return x >= 0 && x < 1; };
+  s.read_int("batch_size", t.batch_size, 1, kPositive);
+  s.read_int("seq_len", t.seq_len, 1, kPositive);
+  s.read_int("grad_accum_steps", t.grad_accum_steps, 1, kPositive);
+  s.read_int("steps", t.steps, 1, kPositive);
+  s.read_double("lr", t.lr, positive, "a positive number");
+  s.read_double("min_lr", t.min_lr, non_negative, "a non-negative number");
+  s.read_int("warmup_steps", t.warmup_steps, 0, kNonNegative);
+  s.read_double("weight_decay", t.weight_decay, non_negative, "a non-negative number");
+  s.read_double("beta1", t.beta1, beta, "a number in [0, 1)");
+  s.read_double("beta2", t.beta2, beta, "a number in [0, 1)");
+  s.read_double("eps", t.eps, positive, "a positive number");
+  s.read_double("grad_clip", t.grad_clip, non_negative, "a non-negative number (0 disables clipping)");
+  s.read_u64("seed", t.seed);
+  s.read_int("threads", t.threads, 0, "a non-negative integer (0 = all cores)");
+  s.read_int("eval_interval", t.eval_interval, 0, kNonNegative);
+  s.read_int("eval_batches", t.eval_batches, 0, kNonNegative);
+  s.read_int("checkpoint_interval", t.checkpoint_interval, 0, kNonNegative);
+  s.read_int("log_interval", t.log_interval, 1, kPositive);
+  s.reject_unknown();
+}
+
+void parse_data(const json& j, const std::string& where, DataConfig& d) {
+  Section s(j, "data", where);
+  s.read_string("train", d.train);
+  s.read_string("val", d.val);
+  s.reject_unknown();
+}
+
+}  // namespace
+
+Config parse_config(const json& j, const std::string& where) {
+  if (!j.is_object()) fail("{}: expected a JSON object at the top level, got {}", where, json_type_name(j));
+  Config c;
+  c.path = where;
+  Section top(j, "", where);
+  if (const json* m = top.object("model")) parse_model(*m, where, c.model);
+  if (const json* t = top.object("train")) parse_train(*t, where, c.train);
+  if (const json* d = top.object("data")) parse_data(*d, where, c.data);
+  top.read_string("out_dir", c.out_dir);
+  top.read_string("numerics", c.numerics, {"fast", "torch-cpu", "bf16"});
+  top.reject_unknown();
+  if (c.out_dir.empty()) fail("{}: field 'out_dir': expected a non-empty path, got \"\"", where);
+  validate_config(c);
+  return c;
+}
+
+Config load_config(const std::string& path) {
+  std::string text = read_text_file(path);
+  json j;
+  try {
+    j = json::parse(text);
+  } catch (const json::parse_error& e) {
+    fail("{}: malformed JSON at byte {}: {}", path, e.byte, e.what());
+  }
+  return parse_config(j, path);
+}
+
+json config_to_json(const Config& c) {
+  const ModelConfig& m = c.model;
+  const TrainConfig& t = c.train;
+  json j;
+  j["model"] = {{"family", m.family},         {"vocab_size", m.vocab_size}, {"padded_vocab_size", m.padded_vocab_size},
+                {"n_layer", m.n_layer},       {"n_head", m.n_head},         {"n_kv_head", m.n_kv_head},
+                {"n_embd", m.n_embd},         {"block_size", m.block_size}, {"ffn_hidden", m.ffn_hidden},
+                {"rope_theta", m.rope_theta}, {"norm_eps", m.norm_eps}};
+  j["train"] = {{"batch_size", t.batch_size},
+                {"seq_len", t.seq_len},
+                {"grad_accum_steps", t.grad_accum_steps},
+                {"steps", t.steps},
+                {"lr", t.lr},
+                {"min_lr", t.min_lr},
+                {"warmup_steps", t.warmup_steps},
+                {"weight_decay", t.weight_decay},
+                {"beta1", t.beta1},
+                {"beta2", t.beta2},
+                {"eps", t.eps},
+                {"grad_clip", t.grad_clip},
+                {"seed", t.seed},
+                {"threads", t.threads},
+                {"eval_interval", t.eval_interval},
+                {"eval_batches", t.eval_batches},
+                {"checkpoint_interval", t.checkpoint_interval},
+                {"log_interval", t.log_interval}};
+  j["data"] = {{"train", c.data.train}, {"val", c.data.val}};
+  j["out_dir"] = c.out_dir;
+  j["numerics"] = c.numerics;
+  return j;
+}
+
+void validate_config(const Config& c) {
+  const std::string where = c.path.empty() ? std::string("config") : c.path;
+  const ModelConfig& m = c.model;
+  const TrainConfig& t = c.train;
+  if (m.n_embd % m.n_head != 0)
+    fail("{}: field 'model.n_embd': expected a multiple of model.n_head ({}), got {}", where, m.n_head, m.n_embd);
+  if (t.seq_len > m.block_size)
+    fail("{}: field 'train.seq_len': expected at most model.block_size ({}), got {}", where, m.block_size, t.seq_len);
+  if (m.padded_vocab_size != 0 && m.padded_vocab_size < m.vocab_size)
+    fail("{}: field 'model.padded_vocab_size': expected 0 or at least model.vocab_size ({}), got {}", where,
+         m.vocab_size, m.padded_vocab_size);
+  if (m.kv_heads() > m.n_head || m.n_head % m.kv_heads() != 0)
+    fail("{}: field 'model.n_kv_head': expected a divisor of model.n_head ({}), got {}", where, m.n_head, m.n_kv_head);
+  if (t.min_lr > t.lr)
+    fail("{}: field 'train.min_lr': expected at most train.lr ({}), got {}", where, t.lr, t.min_lr);
+  if (m.family == "gpt2") {
+    // These knobs belong to the llama block; accepting them for gpt2 would silently do nothing.
+    if (m.n_kv_head != 0 && m.n_kv_head != m.n_head)
+      fail("{}: field 'model.n_kv_head': expected 0 or model.n_head ({}) for family gpt2, got {}", where, m.n_head,
+           m.n_kv_head);
+    if (m.ffn_hidden != 0 && m.ffn_hidden != 4 * m.n_embd)
+      fail("{}: field 'model.ffn_hidden': expected 0 or 4*model.n_embd ({}) for family gpt2, got {}", where,
+           4 * m.n_embd, m.ffn_hidden);
+  } else if (m.family == "llama") {
+    if (m.head_dim() % 2 != 0)
+      fail("{}: field 'model.n_embd': expected an even head dimension n_embd/n_head for rotary embeddings, got {}",
+           where, m.head_dim());
+  } else {
+    fail("{}: field 'model.family': expected one of gpt2|llama, got \"{}\"", where, m.family);
+  }
+  if (c.numerics != "fast" && c.numerics != "torch-cpu" && c.numerics != "bf16")
+    fail("{}: field 'numerics': expected one of fast|torch-cpu|bf16, got \"{}\"", where, c.numerics);
+}
+
+}  // namespace forge

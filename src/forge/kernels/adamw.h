@@ -1,0 +1,29 @@
+// Global-norm gradient clipping followed by AdamW, with torch's formulas
+// (torch.nn.utils.clip_grad_norm_ and torch.optim.AdamW, single-tensor path):
+//   norm = sqrt(sum over all tensors of sum g^2)            (accumulated in double)
+//   coef = min(1, max_norm / (norm + 1e-6))                  (only when max_norm > 0)
+//   g    = coef * grad
+//   param *= 1 - lr * weight_decay                           (decoupled; decay tensors only)
+//   m  = m + (1 - beta1) (g - m)                             (torch's lerp)
+//   v  = beta2 v + (1 - beta2) g^2
+//   bc1 = 1 - beta1^step,  bc2 = 1 - beta2^step
+//   param -= (lr / bc1) * m / (sqrt(v) / sqrt(bc2) + eps)
+// Returns the norm before clipping.
+#pragma once
+
+#include "forge/numerics/numerics.h"
+
+namespace forge::kernels {
+
+namespace scalar {
+// Clips the gradients in place, as torch does, then updates.
+double optimizer_step(ParamRef* params, int count, const OptimizerStep& hp);
+}  // namespace scalar
+
+namespace cpu {
+// One reading pass for the norm, then one fused pass per tensor that applies the clip
+// coefficient on the fly and updates param, m and v; gradients are left untouched.
+double optimizer_step(ParamRef* params, int count, const OptimizerStep& hp);
+}  // namespace cpu
+
+}  // namespace forge::kernels

@@ -1,0 +1,163 @@
+// torch-cpu attention: the op sequence reference/forge_ref/gpt2.py runs, with each op as
+// PyTorch 1.13.1 computes it on the CPU:
+//  - q @ k.transpose(-2, -1) and att @ v go through matmul's expand + reshape, which copies
+//    the strided q, k^T and v views into contiguous [B*NH, ...] tensors, then at::bmm
+//    (LinearAlgebra.cpp bmm_out_or_baddbmm_, see torch_cpu_linear.cpp);
+//  - * (1/sqrt(hd)): mul by a wrapped Python double, i.e. by that double rounded to float;
+//  - masked_fill(-inf), then cpu/SoftMaxKernel.cpp _vec_softmax_lastdim;
+//  - backward: BmmBackward0 (grad.bmm(mat2^T), mat1^T.bmm(grad)),
+//    _vec_host_softmax_backward_lastdim, masked_fill's zeros, the scale multiply.
+#include "forge/kernels/cpu/torch_cpu_attention.h"
+
+#include <cmath>
+#include <limits>
+
+#include "forge/kernels/cpu/torch_cpu_linear.h"
+#include "forge/kernels/cpu/torch_cpu_vec.h"
+
+namespace forge::tcpu {
+namespace {
+
+float attention_scale(int64_t hd) {
+  return static_cast<float>(1.0 / std::sqrt(static_cast<double>(hd)));
+}
+
+// qkv [B, T, 3C] -> q, v as contiguous [B*NH, T, hd] and k^T as contiguous [B*NH, hd, T].
+void gather_qkv(float* q, float* kt, float* v, const float* qkv, int64_t B, int64_t T,
+                int64_t C, int64_t NH) {
+  const int64_t hd = C / NH;
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t h = 0; h < NH; ++h) {
+      const int64_t bh = b * NH + h;
+      for (int64_t t = 0; t < T; ++t) {
+        const float* row = qkv + (b * T + t) * 3 * C + h * hd;
+        for (int64_t d = 0; d < hd; ++d) {
+          q[(bh * T + t) * hd + d] = row[d];
+          kt[(bh * hd + d) * T + t] = row[C + d];
+          v[(bh * T + t) * hd + d] = row[2 * C + d];
+        }
+      }
+    }
+}
+
+}  // namespace
+
+size_t attention_scratch_floats(int64_t B, int64_t T, int64_t C, int64_t NH) {
+  // q, k^T, v, and one more [B*NH, T, hd] (y or dy); two [B*NH, T, T] (scores/dA, dS);
+  // backward adds dq, dk^T, dv.
+  return static_cast<size_t>(7 * B * T * C + 2 * B * NH * T * T);
+}
+
+void softmax_lastdim(float* out, const float* in, int64_t rows, int64_t dim) {
+  const int64_t grain = std::max<int64_t>(kGrainSize / (16 * dim), 1);
+  parallel_for(0, rows, grain, [&](int64_t begin, int64_t end, int) {
+    for (int64_t i = begin; i < end; ++i) {
+      const float* x = in + i * dim;
+      float* y = out + i * dim;
+      const float max_input = reduce_all(MaxOp{}, x, dim);
+      const V mv = vset1(max_input);
+      map([&](V a) { return vexp(vsub(a, mv)); }, y, x, dim);
+      float tmp_sum = reduce_all(AddOp{}, y, dim);
+      tmp_sum = 1 / tmp_sum;
+      const V sv = vset1(tmp_sum);
+      map([&](V a) { return vmul(a, sv); }, y, y, dim);
+    }
+  });
+}
+
+void softmax_backward_lastdim(float* gin, const float* grad, const float* out, int64_t rows,
+                              int64_t dim) {
+  int64_t grain = kGrainSize / (16 * dim);
+  if (grain < 1) grain = 1;
+  parallel_for(0, rows, grain, [&](int64_t begin, int64_t end, int) {
+    for (int64_t i = begin; i < end; ++i) {
+      const float* g = grad + i * dim;
+      const float* o = out + i * dim;
+      // sum(grad * output): the product fused into the running sum
+      const float sum = map2_reduce_all([](V a, V b) { return vmul(a, b); },
+                                        [](V acc, V a, V b) { return vfma(a, b, acc); },
+                                        AddOp{}, g, o, dim);
+      const V sv = vset1(sum);
+      map2([&](V a, V b) { return vmul(vsub(a, sv), b); }, gin + i * dim, g, o, dim);
+    }
+  });
+}
+
+void attention_forward(float* out, float* probs, const float* qkv, int64_t B, int64_t T,
+                       int64_t C, int64_t NH, float* scratch) {
+  const int64_t hd = C / NH, BH = B * NH;
+  float* q = scratch;
+  float* kt = q + B * T * C;
+  float* v = kt + B * T * C;
+  float* y = v + B * T * C;
+  float* scores = y + B * T * C;
+  gather_qkv(q, kt, v, qkv, B, T, C, NH);
+  bmm_nn(scores, q, kt, BH, T, hd, T);
+  // * scale, then masked_fill(mask == 0, -inf): each a separate elementwise pass in torch;
+  // a product is correctly rounded whichever loop computes it.
+  const float scale = attention_scale(hd);
+  const float ninf = -std::numeric_limits<float>::infinity();
+  for (int64_t bh = 0; bh < BH; ++bh)
+    for (int64_t i = 0; i < T; ++i) {
+      float* row = scores + (bh * T + i) * T;
+      for (int64_t j = 0; j < T; ++j) row[j] = j > i ? ninf : row[j] * scale;
+    }
+  softmax_lastdim(probs, scores, BH * T, T);
+  bmm_nn(y, probs, v, BH, T, T, hd);
+  // y.transpose(1, 2).contiguous().view(B, T, C)
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t h = 0; h < NH; ++h)
+      for (int64_t t = 0; t < T; ++t)
+        for (int64_t d = 0; d < hd; ++d)
+          out[(b * T + t) * C + h * hd + d] = y[((b * NH + h) * T + t) * hd + d];
+}
+
+void attention_backward(float* dqkv, const float* dout, const float* qkv, const float* probs,
+                        int64_t B, int64_t T, int64_t C, int64_t NH, float* scratch) {
+  const int64_t hd = C / NH, BH = B * NH;
+  float* q = scratch;
+  float* kt = q + B * T * C;
+  float* v = kt + B * T * C;
+  float* dy = v + B * T * C;
+  float* dA = dy + B * T * C;
+  float* dS = dA + BH * T * T;
+  float* dq = dS + BH * T * T;
+  float* dkt = dq + B * T * C;
+  float* dv = dkt + B * T * C;
+  gather_qkv(q, kt, v, qkv, B, T, C, NH);
+  // The grad of y.transpose(1, 2) reaches bmm reshaped, i.e. copied contiguous.
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t h = 0; h < NH; ++h)
+      for (int64_t t = 0; t < T; ++t)
+        for (int64_t d = 0; d < hd; ++d)
+          dy[((b * NH + h) * T + t) * hd + d] = dout[(b * T + t) * C + h * hd + d];
+  // y = att @ v: dA = dy.bmm(v^T), dv = att^T.bmm(dy)
+  bmm_nt(dA, dy, v, BH, T, hd, T);
+  bmm_tn(dv, probs, dy, BH, T, T, hd);
+  softmax_backward_lastdim(dS, dA, probs, BH * T, T);
+  // masked_fill backward writes +0 where the mask hid the score; then grad * scale.
+  const float scale = attention_scale(hd);
+  for (int64_t bh = 0; bh < BH; ++bh)
+    for (int64_t i = 0; i < T; ++i) {
+      float* row = dS + (bh * T + i) * T;
+      for (int64_t j = 0; j < T; ++j) row[j] = j > i ? 0.0f : row[j] * scale;
+    }
+  // scores = q @ k^T: dq = dS.bmm(kt^T), dkt = q^T.bmm(dS)
+  bmm_nt(dq, dS, kt, BH, T, T, hd);
+  bmm_tn(dkt, q, dS, BH, hd, T, T);
+  // split backward: the three grads concatenated back into [B, T, 3C]
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t h = 0; h < NH; ++h) {
+      const int64_t bh = b * NH + h;
+      for (int64_t t = 0; t < T; ++t) {
+        float* row = dqkv + (b * T + t) * 3 * C + h * hd;
+        for (int64_t d = 0; d < hd; ++d) {
+          row[d] = dq[(bh * T + t) * hd + d];
+          row[C + d] = dkt[(bh * hd + d) * T + t];
+          row[2 * C + d] = dv[(bh * T + t) * hd + d];
+        }
+      }
+    }
+}
+
+}  // namespace forge::tcpu

@@ -1,0 +1,29 @@
+// LayerNorm over the last dimension of x[N, C].
+//   forward:  mean_n = sum_c x / C,  var_n = sum_c (x - mean)^2 / C  (biased, as torch),
+//             rstd_n = 1 / sqrt(var_n + eps),  xhat = (x - mean) rstd,
+//             out = xhat * weight + bias;  mean and rstd are saved for backward.
+//   backward: g = dout * weight,
+//             dinp = rstd (g - mean_c(g) - xhat mean_c(g xhat)),
+//             dweight = sum_n dout xhat,  dbias = sum_n dout   (all three overwritten).
+#pragma once
+
+namespace forge::kernels {
+
+namespace scalar {
+template <typename Real>
+void layernorm_forward(Real* out, Real* mean, Real* rstd, const Real* inp, const Real* weight,
+                       const Real* bias, int N, int C, Real eps);
+template <typename Real>
+void layernorm_backward(Real* dinp, Real* dweight, Real* dbias, const Real* dout, const Real* inp,
+                        const Real* weight, const Real* mean, const Real* rstd, int N, int C);
+}  // namespace scalar
+
+namespace cpu {
+void layernorm_forward(float* out, float* mean, float* rstd, const float* inp, const float* weight,
+                       const float* bias, int N, int C, float eps);
+void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* dout,
+                        const float* inp, const float* weight, const float* mean,
+                        const float* rstd, int N, int C);
+}  // namespace cpu
+
+}  // namespace forge::kernels

@@ -1,0 +1,102 @@
+#include "forge/kernels/linear.h"
+
+#include <cblas.h>
+
+#include <algorithm>
+#include <cstddef>
+
+namespace forge::kernels {
+
+namespace scalar {
+
+template <typename Real>
+void linear_forward(Real* out, const Real* inp, const Real* weight, const Real* bias, int N,
+                    int IC, int OC) {
+  for (int n = 0; n < N; ++n)
+    for (int o = 0; o < OC; ++o) {
+      Real acc = bias ? bias[o] : Real(0);
+      for (int i = 0; i < IC; ++i)
+        acc += inp[static_cast<size_t>(n) * IC + i] * weight[static_cast<size_t>(o) * IC + i];
+      out[static_cast<size_t>(n) * OC + o] = acc;
+    }
+}
+
+template <typename Real>
+void linear_backward(Real* dinp, Real* dweight, Real* dbias, const Real* dout, const Real* inp,
+                     const Real* weight, int N, int IC, int OC) {
+  if (dinp)
+    for (int n = 0; n < N; ++n)
+      for (int i = 0; i < IC; ++i) {
+        Real acc = 0;
+        for (int o = 0; o < OC; ++o)
+          acc += dout[static_cast<size_t>(n) * OC + o] * weight[static_cast<size_t>(o) * IC + i];
+        dinp[static_cast<size_t>(n) * IC + i] = acc;
+      }
+  for (int o = 0; o < OC; ++o)
+    for (int i = 0; i < IC; ++i) {
+      Real acc = 0;
+      for (int n = 0; n < N; ++n)
+        acc += dout[static_cast<size_t>(n) * OC + o] * inp[static_cast<size_t>(n) * IC + i];
+      dweight[static_cast<size_t>(o) * IC + i] = acc;
+    }
+  if (dbias)
+    for (int o = 0; o < OC; ++o) {
+      Real acc = 0;
+      for (int n = 0; n < N; ++n) acc += dout[static_cast<size_t>(n) * OC + o];
+      dbias[o] = acc;
+    }
+}
+
+template void linear_forward<float>(float*, const float*, const float*, const float*, int, int,
+                                    int);
+template void linear_forward<double>(double*, const double*, const double*, const double*, int,
+                                     int, int);
+template void linear_backward<float>(float*, float*, float*, const float*, const float*,
+                                     const float*, int, int, int);
+template void linear_backward<double>(double*, double*, double*, const double*, const double*,
+                                      const double*, int, int, int);
+
+}  // namespace scalar
+
+namespace cpu {
+
+void linear_forward(float* out, const float* inp, const float* weight, const float* bias, int N,
+                    int IC, int OC) {
+  float beta = 0.0f;
+  if (bias) {
+    // Start from the bias and let the GEMM accumulate onto it (beta = 1): one pass over out.
+#pragma omp parallel for schedule(static)
+    for (int n = 0; n < N; ++n) std::copy(bias, bias + OC, out + static_cast<size_t>(n) * OC);
+    beta = 1.0f;
+  }
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, N, OC, IC, 1.0f, inp, IC, weight, IC, beta,
+              out, OC);
+}
+
+void linear_backward(float* dinp, float* dweight, float* dbias, const float* dout,
+                     const float* inp, const float* weight, int N, int IC, int OC) {
+  if (dinp)
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, N, IC, OC, 1.0f, dout, OC, weight, IC,
+                0.0f, dinp, IC);
+  cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, OC, IC, N, 1.0f, dout, OC, inp, IC, 0.0f,
+              dweight, IC);
+  if (dbias) {
+    // Column sums: threads split the columns so each sum keeps a fixed row order.
+    constexpr int kChunk = 64;
+    const int chunks = (OC + kChunk - 1) / kChunk;
+#pragma omp parallel for schedule(static)
+    for (int chunk = 0; chunk < chunks; ++chunk) {
+      const int o0 = chunk * kChunk, o1 = std::min(OC, o0 + kChunk);
+      float acc[kChunk] = {};
+      for (int n = 0; n < N; ++n) {
+        const float* d = dout + static_cast<size_t>(n) * OC;
+        for (int o = o0; o < o1; ++o) acc[o - o0] += d[o];
+      }
+      for (int o = o0; o < o1; ++o) dbias[o] = acc[o - o0];
+    }
+  }
+}
+
+}  // namespace cpu
+
+}  // namespace forge::kernels

@@ -1,0 +1,48 @@
+// What the trainer needs from a model family. gpt2 and llama implement it; each writes
+// its forward and backward out in full.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "forge/io/config.h"
+#include "forge/model/params.h"
+#include "forge/numerics/numerics.h"
+
+namespace forge {
+
+// Receives named intermediate tensors (dump level 2). Shapes are in elements.
+class ActivationRecorder {
+ public:
+  virtual ~ActivationRecorder() = default;
+  virtual void record(const std::string& name, const float* data,
+                      const std::vector<int64_t>& shape) = 0;
+};
+
+class Model {
+ public:
+  virtual ~Model() = default;
+  virtual const ModelConfig& config() const = 0;
+  virtual const ParamLayout& layout() const = 0;
+  virtual float* params() = 0;
+  // FLOPs of one training step per token at sequence length T (BENCHMARKS.md's formula).
+  virtual double train_flops_per_token(int T) const = 0;
+  // The family's published initialisation, drawn from seed.
+  virtual void init_weights(uint64_t seed) = 0;
+  // tokens, targets: [B, T] (no larger than planned). Returns the mean cross-entropy over
+  // the B*T targets; with targets == nullptr only the logits are computed (returns 0).
+  virtual float forward(const int32_t* tokens, const int32_t* targets, int B, int T) = 0;
+  // dloss * d(loss)/d(params) of the last forward, OVERWRITTEN into grads (flat buffer with
+  // the parameter layout).
+  virtual void backward(float dloss, float* grads) = 0;
+  // [B, T, Vp] logits of the last forward.
+  virtual const float* logits() const = 0;
+  virtual void set_recorder(ActivationRecorder* r) = 0;
+};
+
+// Builds the model of config.family with buffers planned for B x T micro-batches.
+std::unique_ptr<Model> make_model(const ModelConfig& config, int B, int T, Numerics& numerics);
+
+}  // namespace forge

@@ -1,0 +1,59 @@
+// Parameters live in one flat float buffer; each named tensor is a view into it. The same
+// layout (same offsets) is used for gradients and for the two AdamW moments, so one index
+// addresses a parameter, its gradient and its optimizer state.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace forge {
+
+struct ParamSpec {
+  std::string name;             // Hugging Face name, e.g. "transformer.h.0.attn.c_attn.weight"
+  std::vector<int64_t> shape;   // engine layout: linear weights are [out, in]
+  bool file_transposed = false; // stored [in, out] in checkpoints (HF Conv1D)
+  bool decay = false;           // AdamW weight decay applies (2-D weights)
+  size_t offset = 0;            // into the flat buffer, in floats
+  size_t numel = 0;
+
+  std::vector<int64_t> file_shape() const;
+};
+
+class ParamLayout {
+ public:
+  // Appends a tensor; offsets are aligned to 16 floats (64 bytes) for vector loads.
+  size_t add(std::string name, std::vector<int64_t> shape, bool file_transposed, bool decay);
+  const std::vector<ParamSpec>& tensors() const { return tensors_; }
+  const ParamSpec& find(const std::string& name) const;  // throws naming the tensor
+  size_t total_floats() const { return total_; }
+  size_t numel() const;  // sum of tensor sizes (without alignment padding)
+
+ private:
+  std::vector<ParamSpec> tensors_;
+  size_t total_ = 0;
+};
+
+// A 64-byte-aligned float buffer owned for the whole run (planned at start-up).
+class FloatBuffer {
+ public:
+  FloatBuffer() = default;
+  explicit FloatBuffer(size_t n) { resize(n); }
+  ~FloatBuffer();
+  FloatBuffer(const FloatBuffer&) = delete;
+  FloatBuffer& operator=(const FloatBuffer&) = delete;
+  FloatBuffer(FloatBuffer&& o) noexcept;
+  FloatBuffer& operator=(FloatBuffer&& o) noexcept;
+  void resize(size_t n);  // zero-filled; only ever called at start-up
+  float* data() { return ptr_; }
+  const float* data() const { return ptr_; }
+  size_t size() const { return n_; }
+  void zero();
+
+ private:
+  float* ptr_ = nullptr;
+  size_t n_ = 0;
+};
+
+}  // namespace forge

@@ -1,0 +1,106 @@
+// The `fast` profile: fp32 everywhere, the quickest kernel for each op (see kernels/).
+#include <memory>
+
+#include "forge/core/error.h"
+#include "forge/kernels/adamw.h"
+#include "forge/kernels/attention.h"
+#include "forge/kernels/cross_entropy.h"
+#include "forge/kernels/elementwise.h"
+#include "forge/kernels/embedding.h"
+#include "forge/kernels/gelu.h"
+#include "forge/kernels/layernorm.h"
+#include "forge/kernels/linear.h"
+#include "forge/numerics/profiles.h"
+
+namespace forge {
+
+namespace {
+
+namespace k = kernels::cpu;
+
+class FastNumerics final : public Numerics {
+ public:
+  std::string name() const override { return "fast"; }
+
+  void plan(const StepShape& shape) override {
+    const int hd = shape.head_dim > 0 ? shape.head_dim : (shape.NH > 0 ? shape.C / shape.NH : 0);
+    if (hd > k::kMaxHeadDim)
+      fail("numerics 'fast': model head dimension {} is larger than the {} its attention "
+           "kernel supports",
+           hd, k::kMaxHeadDim);
+  }
+
+  void embedding_forward(float* out, const int32_t* tokens, const float* wte, const float* wpe,
+                         int B, int T, int C) override {
+    k::embedding_forward(out, tokens, wte, wpe, B, T, C);
+  }
+  void embedding_backward(float* dwte, float* dwpe, const float* dout, const int32_t* tokens,
+                          int B, int T, int C) override {
+    k::embedding_backward(dwte, dwpe, dout, tokens, B, T, C);
+  }
+
+  void layernorm_forward(float* out, float* mean, float* rstd, const float* inp,
+                         const float* weight, const float* bias, int N, int C,
+                         float eps) override {
+    k::layernorm_forward(out, mean, rstd, inp, weight, bias, N, C, eps);
+  }
+  void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* dout,
+                          const float* inp, const float* weight, const float* mean,
+                          const float* rstd, int N, int C) override {
+    k::layernorm_backward(dinp, dweight, dbias, dout, inp, weight, mean, rstd, N, C);
+  }
+
+  void linear_forward(float* out, const float* inp, const float* weight, const float* bias, int N,
+                      int IC, int OC) override {
+    k::linear_forward(out, inp, weight, bias, N, IC, OC);
+  }
+  void linear_backward(float* dinp, float* dweight, float* dbias, const float* dout,
+                       const float* inp, const float* weight, int N, int IC, int OC) override {
+    k::linear_backward(dinp, dweight, dbias, dout, inp, weight, N, IC, OC);
+  }
+
+  size_t attention_saved_floats(int B, int T, int C, int NH) const override {
+    return k::attention_saved_floats(B, T, NH);
+  }
+  void attention_forward(float* out, float* saved, const float* qkv, int B, int T, int C,
+                         int NH) override {
+    k::attention_forward(out, saved, qkv, B, T, C, NH);
+  }
+  void attention_backward(float* dqkv, const float* dout, const float* qkv, const float* out,
+                          const float* saved, int B, int T, int C, int NH) override {
+    k::attention_backward(dqkv, dout, qkv, out, saved, B, T, C, NH);
+  }
+
+  void gelu_forward(float* out, const float* inp, size_t n) override {
+    k::gelu_forward(out, inp, n);
+  }
+  void gelu_backward(float* dinp, const float* inp, const float* dout, size_t n) override {
+    k::gelu_backward(dinp, inp, dout, n);
+  }
+
+  void add(float* out, const float* a, const float* b, size_t n) override { k::add(out, a, b, n); }
+  void add_inplace(float* acc, const float* x, size_t n) override { k::add_inplace(acc, x, n); }
+
+  size_t classifier_saved_floats(int N, int V, int Vp) const override {
+    return k::cross_entropy_saved_floats(N);
+  }
+  float cross_entropy_forward(float* saved, const float* logits, const int32_t* targets, int N,
+                              int V, int Vp) override {
+    return k::cross_entropy_forward(saved, logits, targets, N, V, Vp);
+  }
+  void cross_entropy_backward(float* dlogits, const float* logits, const float* saved,
+                              const int32_t* targets, int N, int V, int Vp,
+                              float dloss) override {
+    k::cross_entropy_backward(dlogits, logits, saved, targets, N, V, Vp, dloss);
+  }
+
+  double optimizer_step(ParamRef* params, int count, const OptimizerStep& hp) override {
+    return k::optimizer_step(params, count, hp);
+  }
+};
+
+}  // namespace
+
+std::unique_ptr<Numerics> make_fast_numerics() { return std::make_unique<FastNumerics>(); }
+
+}  // namespace forge

@@ -1,0 +1,122 @@
+// A numerics profile: the set of kernels the model code calls. The model is written once;
+// a profile decides how each op is computed (bit-for-bit PyTorch, fastest fp32, bf16).
+//
+// Conventions for every op below:
+//  - activations are row-major [N, C] with N = B*T rows;
+//  - linear weights are stored as torch.nn.Linear does, [out, in]; y = x W^T + b;
+//  - backward outputs are OVERWRITTEN (=), never accumulated, except where a comment says
+//    "accumulates"; the model code performs the sums autograd would perform, in its order;
+//  - a profile may keep per-op saved state (attention, classifier) in buffers whose size it
+//    reports up front, and may use the scratch it asked for in plan(); nothing allocates
+//    inside a step.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace forge {
+
+struct ModelConfig;
+
+// Shapes a profile must plan for (all known at start-up).
+struct StepShape {
+  int B = 0, T = 0, C = 0, NH = 0, V = 0 /*real vocab*/, Vp = 0 /*padded rows*/, L = 0;
+  int n_kv_head = 0, head_dim = 0, ffn = 0;
+};
+
+// One parameter tensor as the optimizer sees it.
+struct ParamRef {
+  float* param;
+  float* grad;
+  float* exp_avg;
+  float* exp_avg_sq;
+  size_t numel;
+  bool decay;  // weight decay applies (2-D weights)
+};
+
+struct OptimizerStep {
+  double lr, beta1, beta2, eps, weight_decay;
+  double max_grad_norm;  // <= 0: no clipping
+  int64_t step;          // 1-based count of optimizer steps taken including this one
+};
+
+class Numerics {
+ public:
+  virtual ~Numerics() = default;
+  virtual std::string name() const = 0;
+  // Called once at start-up with the largest shapes the run will use.
+  virtual void plan(const StepShape& shape) { (void)shape; }
+
+  // --- embeddings ---------------------------------------------------------------------
+  // out[b,t,:] = wte[tokens[b,t],:] + wpe[t,:]
+  virtual void embedding_forward(float* out, const int32_t* tokens, const float* wte,
+                                 const float* wpe, int B, int T, int C) = 0;
+  // dwte ACCUMULATES (the tied LM head wrote its gradient first):
+  //   dwte[v,:] += sum over (b,t) with tokens[b,t]==v of dout[b,t,:]
+  // dwpe is overwritten: dwpe[t,:] = sum_b dout[b,t,:]   (dwpe may be null: no positions)
+  virtual void embedding_backward(float* dwte, float* dwpe, const float* dout,
+                                  const int32_t* tokens, int B, int T, int C) = 0;
+
+  // --- LayerNorm over the last dim (eps given) ------------------------------------------
+  // mean, rstd: [N] saved for backward
+  virtual void layernorm_forward(float* out, float* mean, float* rstd, const float* inp,
+                                 const float* weight, const float* bias, int N, int C,
+                                 float eps) = 0;
+  virtual void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* dout,
+                                  const float* inp, const float* weight, const float* mean,
+                                  const float* rstd, int N, int C) = 0;
+
+  // --- linear: out[N,OC] = inp[N,IC] @ weight[OC,IC]^T + bias[OC] (bias may be null) -----
+  virtual void linear_forward(float* out, const float* inp, const float* weight,
+                              const float* bias, int N, int IC, int OC) = 0;
+  // dinp[N,IC] = dout @ weight; dweight[OC,IC] = dout^T @ inp; dbias[OC] = sum_n dout.
+  // dinp may be null (not needed), dbias null when there is no bias.
+  virtual void linear_backward(float* dinp, float* dweight, float* dbias, const float* dout,
+                               const float* inp, const float* weight, int N, int IC,
+                               int OC) = 0;
+
+  // --- causal multi-head self-attention ---------------------------------------------------
+  // qkv[B,T,3C] holds q | k | v, each [B,T,NH,hd]; out[B,T,C] = softmax(q k^T / sqrt(hd) +
+  // causal mask) v, heads concatenated. saved: attention_saved_floats() floats kept for
+  // backward (probabilities, or log-sum-exp rows for a fused kernel).
+  virtual size_t attention_saved_floats(int B, int T, int C, int NH) const = 0;
+  virtual void attention_forward(float* out, float* saved, const float* qkv, int B, int T,
+                                 int C, int NH) = 0;
+  virtual void attention_backward(float* dqkv, const float* dout, const float* qkv,
+                                  const float* out, const float* saved, int B, int T, int C,
+                                  int NH) = 0;
+
+  // --- tanh-approximated GELU ---------------------------------------------------------
+  virtual void gelu_forward(float* out, const float* inp, size_t n) = 0;
+  virtual void gelu_backward(float* dinp, const float* inp, const float* dout, size_t n) = 0;
+
+  // --- elementwise ----------------------------------------------------------------------
+  virtual void add(float* out, const float* a, const float* b, size_t n) = 0;  // out may alias
+  virtual void add_inplace(float* acc, const float* x, size_t n) = 0;  // acc += x
+
+  // --- classifier: mean cross-entropy over N rows of logits[N, Vp] --------------------
+  // Only the first V columns are real; padded columns are excluded from the softmax.
+  // Returns the mean loss (over the N rows); saved keeps what backward needs.
+  virtual size_t classifier_saved_floats(int N, int V, int Vp) const = 0;
+  virtual float cross_entropy_forward(float* saved, const float* logits, const int32_t* targets,
+                                      int N, int V, int Vp) = 0;
+  // dlogits[N,Vp] = dloss * d(mean loss)/d(logits); padded columns get 0.
+  virtual void cross_entropy_backward(float* dlogits, const float* logits, const float* saved,
+                                      const int32_t* targets, int N, int V, int Vp,
+                                      float dloss) = 0;
+
+  // --- optimizer --------------------------------------------------------------------
+  // Global L2 norm of all gradients (returned, before clipping), clipping as
+  // torch.nn.utils.clip_grad_norm_ does (coef = max/(norm+1e-6), clamped to 1), then
+  // torch.optim.AdamW on each tensor. Gradients may be left clipped or untouched.
+  virtual double optimizer_step(ParamRef* params, int count, const OptimizerStep& hp) = 0;
+};
+
+// "fast" | "torch-cpu" | "bf16"; throws forge::Error listing the known profiles.
+std::unique_ptr<Numerics> make_numerics(const std::string& profile);
+std::vector<std::string> numerics_profiles();
+
+}  // namespace forge

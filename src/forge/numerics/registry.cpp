@@ -1,0 +1,18 @@
+// make_numerics(): the one place that maps a profile name to its factory.
+#include "forge/core/error.h"
+#include "forge/numerics/numerics.h"
+#include "forge/numerics/profiles.h"
+
+namespace forge {
+
+std::vector<std::string> numerics_profiles() { return {"fast", "torch-cpu", "bf16"}; }
+
+std::unique_ptr<Numerics> make_numerics(const std::string& profile) {
+  if (profile == "fast") return make_fast_numerics();
+  // Wire make_torch_cpu_numerics() / make_bf16_numerics() here once their files land.
+  if (profile == "torch-cpu" || profile == "bf16")
+    fail("numerics profile '{}' is not built yet", profile);
+  fail("numerics profile '{}' is unknown: expected one of fast, torch-cpu, bf16", profile);
+}
+
+}  // namespace forge

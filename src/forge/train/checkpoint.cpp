@@ -1,0 +1,148 @@
+#include "forge/train/checkpoint.h"
+
+#include <filesystem>
+#include <vector>
+
+#include "forge/core/error.h"
+#include "forge/io/atomic_file.h"
+#include "forge/io/safetensors.h"
+
+namespace fs = std::filesystem;
+
+namespace forge {
+
+namespace {
+
+constexpr int kStateVersion = 1;
+
+// Copies of the tensors in file layout; transposed ones need their own storage.
+struct FileView {
+  std::vector<std::vector<float>> storage;
+  void add_to(SafetensorsWriter& w, const ParamLayout& layout, const float* base,
+              const std::string& prefix) {
+    storage.reserve(layout.tensors().size());
+    for (const auto& p : layout.tensors()) {
+      storage.emplace_back();
+      w.add_f32(prefix + p.name, p.file_shape(), to_file_layout(p, base + p.offset, storage.back()));
+    }
+  }
+};
+
+void read_into(const SafetensorsFile& f, const ParamLayout& layout, float* base,
+               const std::string& prefix) {
+  std::vector<float> tmp;
+  for (const auto& p : layout.tensors()) {
+    const std::string name = prefix + p.name;
+    if (!f.contains(name))
+      fail("{}: tensor '{}' is missing (is this a checkpoint of this model?)", f.path(), name);
+    float* dst = base + p.offset;
+    if (!p.file_transposed) {
+      f.read_f32(name, p.file_shape(), dst);
+      continue;
+    }
+    tmp.resize(p.numel);
+    f.read_f32(name, p.file_shape(), tmp.data());
+    const int64_t rows = p.shape[0], cols = p.shape[1];
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t c = 0; c < cols; ++c) dst[r * cols + c] = tmp[c * rows + r];
+  }
+}
+
+}  // namespace
+
+const float* to_file_layout(const ParamSpec& p, const float* src, std::vector<float>& scratch) {
+  if (!p.file_transposed) return src;
+  const int64_t rows = p.shape[0], cols = p.shape[1];
+  scratch.resize(p.numel);
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = 0; c < cols; ++c) scratch[c * rows + r] = src[r * cols + c];
+  return scratch.data();
+}
+
+void save_params(const std::string& path, const ParamLayout& layout, const float* params,
+                 const std::string& prefix, const std::string& format_note) {
+  SafetensorsWriter w;
+  FileView view;
+  view.add_to(w, layout, params, prefix);
+  w.set_metadata("format", format_note);
+  w.write(path);
+}
+
+void load_params(const std::string& path, const ParamLayout& layout, float* params,
+                 const std::string& prefix) {
+  SafetensorsFile f(path);
+  read_into(f, layout, params, prefix);
+}
+
+std::string model_file_of(const std::string& path) {
+  if (fs::is_directory(path)) return (fs::path(path) / "model.safetensors").string();
+  return path;
+}
+
+void save_checkpoint(const std::string& dir, const ParamLayout& layout, const float* params,
+                     const float* exp_avg, const float* exp_avg_sq, const TrainState& state) {
+  const fs::path final_dir(dir);
+  const fs::path tmp_dir = final_dir.string() + ".tmp";
+  std::error_code ec;
+  fs::remove_all(tmp_dir, ec);
+  ensure_writable_dir(tmp_dir.string());
+  try {
+    save_params((tmp_dir / "model.safetensors").string(), layout, params);
+    SafetensorsWriter w;
+    FileView m, v;
+    m.add_to(w, layout, exp_avg, "exp_avg.");
+    v.add_to(w, layout, exp_avg_sq, "exp_avg_sq.");
+    w.write((tmp_dir / "optimizer.safetensors").string());
+    nlohmann::json j;
+    j["format"] = "forge-checkpoint";
+    j["version"] = kStateVersion;
+    j["step"] = state.step;
+    j["data_cursor"] = state.data_cursor;
+    j["rng"] = state.rng;
+    j["tokens_seen"] = state.tokens_seen;
+    j["config"] = state.config;
+    write_text_atomic((tmp_dir / "state.json").string(), j.dump(2) + "\n");
+    fs::remove_all(final_dir, ec);
+    fs::rename(tmp_dir, final_dir);
+  } catch (...) {
+    fs::remove_all(tmp_dir, ec);
+    throw;
+  }
+}
+
+TrainState load_checkpoint(const std::string& dir, const ParamLayout& layout, float* params,
+                           float* exp_avg, float* exp_avg_sq) {
+  const fs::path d(dir);
+  if (!fs::is_directory(d)) fail("{}: not a checkpoint directory", dir);
+  const std::string state_path = (d / "state.json").string();
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(read_text_file(state_path));
+  } catch (const nlohmann::json::exception& e) {
+    fail("{}: malformed JSON: {}", state_path, e.what());
+  }
+  if (j.value("format", "") != "forge-checkpoint")
+    fail("{}: field 'format': expected \"forge-checkpoint\"", state_path);
+  if (j.value("version", -1) != kStateVersion)
+    fail("{}: field 'version': expected {}, got {}", state_path, kStateVersion,
+         j.value("version", -1));
+  TrainState s;
+  try {
+    s.step = j.at("step").get<int64_t>();
+    s.data_cursor = j.at("data_cursor").get<uint64_t>();
+    s.rng = j.at("rng").get<std::array<uint64_t, 4>>();
+    s.tokens_seen = j.at("tokens_seen").get<double>();
+    s.config = j.at("config");
+  } catch (const nlohmann::json::exception& e) {
+    fail("{}: {}", state_path, e.what());
+  }
+  load_params((d / "model.safetensors").string(), layout, params);
+  if (exp_avg && exp_avg_sq) {
+    SafetensorsFile f((d / "optimizer.safetensors").string());
+    read_into(f, layout, exp_avg, "exp_avg.");
+    read_into(f, layout, exp_avg_sq, "exp_avg_sq.");
+  }
+  return s;
+}
+
+}  // namespace forge

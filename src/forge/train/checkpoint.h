@@ -1,0 +1,44 @@
+// Checkpoints: a directory with model.safetensors (Hugging Face names and layouts),
+// optimizer.safetensors (exp_avg.<name>, exp_avg_sq.<name>) and state.json. The directory
+// is written under a temporary name and renamed into place, so a checkpoint either exists
+// whole or not at all.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "forge/model/params.h"
+
+namespace forge {
+
+struct TrainState {
+  int64_t step = 0;           // optimizer steps completed
+  uint64_t data_cursor = 0;   // DataLoader cursor for the next micro-batch
+  std::array<uint64_t, 4> rng{};
+  double tokens_seen = 0;
+  nlohmann::json config;      // the config the run was started with
+};
+
+// One tensor in file layout: a view of src, or a transposed copy held in scratch.
+const float* to_file_layout(const ParamSpec& p, const float* src, std::vector<float>& scratch);
+
+// Parameters in file layout (transposing [out,in] -> [in,out] where the layout says so).
+void save_params(const std::string& path, const ParamLayout& layout, const float* params,
+                 const std::string& prefix = "", const std::string& format_note = "pt");
+// Reads every tensor of the layout from path into params, checking names and shapes.
+void load_params(const std::string& path, const ParamLayout& layout, float* params,
+                 const std::string& prefix = "");
+
+void save_checkpoint(const std::string& dir, const ParamLayout& layout, const float* params,
+                     const float* exp_avg, const float* exp_avg_sq, const TrainState& state);
+// Loads model, optimizer and state; exp_avg / exp_avg_sq may be null (model only).
+TrainState load_checkpoint(const std::string& dir, const ParamLayout& layout, float* params,
+                           float* exp_avg, float* exp_avg_sq);
+// The model file of a checkpoint dir, or the path itself when it is a .safetensors file.
+std::string model_file_of(const std::string& path);
+
+}  // namespace forge

@@ -1,0 +1,34 @@
+// The training stream of docs/formats.md: a token cursor that walks the shard in order,
+// B*T tokens per micro-batch (plus one for the shifted targets), wrapping to the start.
+// Its whole state is the cursor, saved in checkpoints.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "forge/data/shard.h"
+
+namespace forge {
+
+class DataLoader {
+ public:
+  // rank/world: data-parallel slice; every rank walks the same cursor.
+  DataLoader(const std::string& path, int B, int T, int rank = 0, int world = 1,
+             ShardFormat format = ShardFormat::Auto);
+  // Fills inputs and targets ([B, T] each) from the cursor, then advances it.
+  void next(int32_t* inputs, int32_t* targets);
+  uint64_t cursor() const { return pos_; }
+  void set_cursor(uint64_t pos);  // throws if out of range
+  void reset() { pos_ = 0; }
+  const ShardReader& shard() const { return *shard_; }
+
+ private:
+  std::unique_ptr<ShardReader> shard_;
+  int B_, T_, rank_, world_;
+  uint64_t pos_ = 0;
+  std::vector<int32_t> window_;
+};
+
+}  // namespace forge

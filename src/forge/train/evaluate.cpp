@@ -1,0 +1,74 @@
+#include "forge/train/evaluate.h"
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+
+#include "forge/core/error.h"
+#include "forge/core/rng.h"
+#include "forge/train/data_loader.h"
+
+namespace forge {
+
+double evaluate_loss(Model& model, const std::string& shard_path, int B, int T, int batches) {
+  DataLoader val(shard_path, B, T);
+  const uint64_t per_batch = static_cast<uint64_t>(B) * T;
+  const int available = static_cast<int>((val.shard().size() - 1) / per_batch);
+  const int n = std::max(1, std::min(batches, available));
+  std::vector<int32_t> inputs(per_batch), targets(per_batch);
+  double sum = 0;
+  for (int i = 0; i < n; ++i) {
+    val.next(inputs.data(), targets.data());
+    sum += model.forward(inputs.data(), targets.data(), B, T);
+  }
+  return sum / n;
+}
+
+std::vector<int32_t> generate(Model& model, std::vector<int32_t> tokens, int T,
+                              const SampleOptions& opt,
+                              const std::function<void(int32_t)>& on_token) {
+  const ModelConfig& mc = model.config();
+  const int V = mc.vocab_size, Vp = mc.vocab_rows();
+  if (tokens.empty()) fail("sample: the prompt must hold at least one token");
+  for (int32_t t : tokens)
+    if (t < 0 || t >= V) fail("sample: prompt token {} is outside the vocabulary of {}", t, V);
+  Rng rng(opt.seed);
+  std::vector<float> probs(V);
+  std::vector<int32_t> order(V);
+  for (int i = 0; i < opt.max_new_tokens; ++i) {
+    const int ctx = std::min<int>(static_cast<int>(tokens.size()), T);
+    const int32_t* window = tokens.data() + tokens.size() - ctx;
+    model.forward(window, nullptr, 1, ctx);
+    const float* logits = model.logits() + static_cast<size_t>(ctx - 1) * Vp;
+    int32_t next = 0;
+    if (opt.temperature <= 0) {
+      next = static_cast<int32_t>(std::max_element(logits, logits + V) - logits);
+    } else {
+      // softmax(logits / temperature) restricted to the top_k largest.
+      std::iota(order.begin(), order.end(), 0);
+      int k = opt.top_k > 0 ? std::min(opt.top_k, V) : V;
+      std::partial_sort(order.begin(), order.begin() + k, order.end(),
+                        [&](int a, int b) { return logits[a] > logits[b]; });
+      const double maxv = logits[order[0]];
+      double total = 0;
+      for (int j = 0; j < k; ++j) {
+        probs[j] = static_cast<float>(std::exp((logits[order[j]] - maxv) / opt.temperature));
+        total += probs[j];
+      }
+      double u = rng.uniform() * total;
+      next = order[k - 1];
+      for (int j = 0; j < k; ++j) {
+        u -= probs[j];
+        if (u < 0) {
+          next = order[j];
+          break;
+        }
+      }
+    }
+    tokens.push_back(next);
+    on_token(next);
+  }
+  return tokens;
+}
+
+}  // namespace forge

@@ -1,0 +1,30 @@
+// Validation loss and text generation on a trained model.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "forge/model/model.h"
+
+namespace forge {
+
+// Mean of the mean cross-entropies of `batches` micro-batches read from the start of the
+// shard (docs/formats.md); batches is capped by what the shard holds.
+double evaluate_loss(Model& model, const std::string& shard_path, int B, int T, int batches);
+
+struct SampleOptions {
+  int max_new_tokens = 200;
+  double temperature = 1.0;  // 0 = greedy
+  int top_k = 0;             // 0 = whole vocabulary
+  uint64_t seed = 42;
+};
+
+// Appends up to max_new_tokens to the prompt, calling on_token for each one as it is made.
+// The context window slides when it exceeds the model's planned T.
+std::vector<int32_t> generate(Model& model, std::vector<int32_t> prompt, int T,
+                              const SampleOptions& options,
+                              const std::function<void(int32_t)>& on_token);
+
+}  // namespace forge

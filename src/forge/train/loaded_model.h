@@ -1,0 +1,26 @@
+// A trained model ready for evaluation, sampling or export: config, numerics and
+// parameters, loaded from a checkpoint directory (its state.json holds the config) or from
+// a safetensors file plus a config.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "forge/io/config.h"
+#include "forge/model/model.h"
+#include "forge/numerics/numerics.h"
+
+namespace forge {
+
+struct LoadedModel {
+  Config config;
+  std::unique_ptr<Numerics> numerics;
+  std::unique_ptr<Model> model;
+};
+
+// config_path may be empty when checkpoint is a directory. B, T: largest micro-batch;
+// T <= 0 means the config's train.seq_len.
+LoadedModel load_trained_model(const std::string& checkpoint, const std::string& config_path,
+                               int B, int T, const std::string& numerics = "fast");
+
+}  // namespace forge

@@ -1,0 +1,478 @@
+// The `fast` CPU kernels against float64 math (the scalar references instantiated on
+// double), and the float64 backward passes against central finite differences.
+// Sizes are deliberately awkward (not multiples of any vector width).
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <functional>
+#include <random>
+#include <vector>
+
+#include "forge/core/error.h"
+#include "forge/kernels/adamw.h"
+#include "forge/kernels/attention.h"
+#include "forge/kernels/cross_entropy.h"
+#include "forge/kernels/elementwise.h"
+#include "forge/kernels/embedding.h"
+#include "forge/kernels/gelu.h"
+#include "forge/kernels/layernorm.h"
+#include "forge/kernels/linear.h"
+#include "forge/numerics/numerics.h"
+
+namespace {
+
+namespace scalar = forge::kernels::scalar;
+namespace cpu = forge::kernels::cpu;
+
+using Floats = std::vector<float>;
+using Doubles = std::vector<double>;
+
+Floats random_floats(size_t n, uint32_t seed, float stddev = 1.0f) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> dist(0.0f, stddev);
+  Floats v(n);
+  for (auto& x : v) x = dist(rng);
+  return v;
+}
+
+std::vector<int32_t> random_tokens(size_t n, int vocab, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::uniform_int_distribution<int32_t> dist(0, vocab - 1);
+  std::vector<int32_t> v(n);
+  for (auto& x : v) x = dist(rng);
+  return v;
+}
+
+Doubles widen(const Floats& f) { return Doubles(f.begin(), f.end()); }
+
+// ||a - b|| / ||b||, with b the float64 truth.
+double rel_l2(const Floats& a, const Doubles& b) {
+  EXPECT_EQ(a.size(), b.size());
+  double num = 0.0, den = 0.0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    EXPECT_TRUE(std::isfinite(a[i])) << "element " << i;
+    num += (a[i] - b[i]) * (a[i] - b[i]);
+    den += b[i] * b[i];
+  }
+  return std::sqrt(num / std::max(den, 1e-300));
+}
+
+double rel_l2(const Doubles& a, const Doubles& b) {
+  double num = 0.0, den = 0.0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    num += (a[i] - b[i]) * (a[i] - b[i]);
+    den += b[i] * b[i];
+  }
+  return std::sqrt(num / std::max(den, 1e-300));
+}
+
+// Gradient of L(x) = sum_i w_i f(x)_i by central differences in double.
+Doubles numeric_gradient(const std::function<Doubles(const Doubles&)>& f, Doubles x,
+                         const Doubles& w, double h = 1e-6) {
+  Doubles g(x.size());
+  for (size_t i = 0; i < x.size(); ++i) {
+    const double saved = x[i];
+    x[i] = saved + h;
+    const Doubles up = f(x);
+    x[i] = saved - h;
+    const Doubles down = f(x);
+    x[i] = saved;
+    double diff = 0.0;
+    for (size_t j = 0; j < w.size(); ++j) diff += w[j] * (up[j] - down[j]);
+    g[i] = diff / (2 * h);
+  }
+  return g;
+}
+
+// fp32 kernels against float64 math: a few ulps of accumulated rounding on these sizes.
+constexpr double kTol = 2e-6;
+// Finite differences in double with h = 1e-6: truncation + cancellation ~1e-9.
+constexpr double kFdTol = 1e-7;
+
+// --- embedding -----------------------------------------------------------------------
+
+TEST(Kernels, EmbeddingForwardBackward) {
+  const int B = 3, T = 13, C = 37, V = 61;
+  const auto tokens = random_tokens(B * T, V, 1);
+  const Floats wte = random_floats(V * C, 2), wpe = random_floats(T * C, 3);
+  Floats out(B * T * C);
+  cpu::embedding_forward(out.data(), tokens.data(), wte.data(), wpe.data(), B, T, C);
+  Doubles ref(out.size());
+  const Doubles wte64 = widen(wte), wpe64 = widen(wpe);
+  scalar::embedding_forward(ref.data(), tokens.data(), wte64.data(), wpe64.data(), B, T, C);
+  EXPECT_LT(rel_l2(out, ref), 1e-7);
+
+  // dwte accumulates onto what the tied head wrote; dwpe is overwritten (start it dirty).
+  const Floats dout = random_floats(B * T * C, 4);
+  Floats dwte = random_floats(V * C, 5), dwpe = random_floats(T * C, 6);
+  Doubles dwte64 = widen(dwte), dwpe64(T * C, 123.0);
+  cpu::embedding_backward(dwte.data(), dwpe.data(), dout.data(), tokens.data(), B, T, C);
+  scalar::embedding_backward(dwte64.data(), dwpe64.data(), widen(dout).data(), tokens.data(), B,
+                             T, C);
+  EXPECT_LT(rel_l2(dwte, dwte64), kTol);
+  EXPECT_LT(rel_l2(dwpe, dwpe64), kTol);
+
+  // Without positions, dwpe is null and only dwte changes.
+  Floats dwte2 = random_floats(V * C, 5);
+  cpu::embedding_backward(dwte2.data(), nullptr, dout.data(), tokens.data(), B, T, C);
+  EXPECT_EQ(dwte2, dwte);
+}
+
+// --- layernorm -----------------------------------------------------------------------
+
+TEST(Kernels, LayerNormMatchesFloat64) {
+  const int N = 7 * 13, C = 37;
+  // A large common offset: the variance must not cancel catastrophically.
+  Floats x = random_floats(N * C, 10);
+  for (auto& v : x) v += 30.0f;
+  const Floats w = random_floats(C, 11), b = random_floats(C, 12), dout = random_floats(N * C, 13);
+  Floats out(N * C), mean(N), rstd(N), dx(N * C), dw(C, 7.0f), db(C, 7.0f);
+  cpu::layernorm_forward(out.data(), mean.data(), rstd.data(), x.data(), w.data(), b.data(), N, C,
+                         1e-5f);
+  cpu::layernorm_backward(dx.data(), dw.data(), db.data(), dout.data(), x.data(), w.data(),
+                          mean.data(), rstd.data(), N, C);
+
+  const Doubles x64 = widen(x), w64 = widen(w), b64 = widen(b), dout64 = widen(dout);
+  Doubles out64(N * C), mean64(N), rstd64(N), dx64(N * C), dw64(C), db64(C);
+  scalar::layernorm_forward(out64.data(), mean64.data(), rstd64.data(), x64.data(), w64.data(),
+                            b64.data(), N, C, 1e-5);
+  scalar::layernorm_backward(dx64.data(), dw64.data(), db64.data(), dout64.data(), x64.data(),
+                             w64.data(), mean64.data(), rstd64.data(), N, C);
+  EXPECT_LT(rel_l2(out, out64), kTol);
+  EXPECT_LT(rel_l2(mean, mean64), 1e-7);
+  EXPECT_LT(rel_l2(rstd, rstd64), kTol);
+  // The offset of 30 costs fp32 about 30x its ulp in xhat; still well inside 1e-5.
+  EXPECT_LT(rel_l2(dx, dx64), 1e-5);
+  EXPECT_LT(rel_l2(dw, dw64), 1e-5);
+  EXPECT_LT(rel_l2(db, db64), kTol);
+}
+
+TEST(Kernels, LayerNormBackwardMatchesFiniteDifferences) {
+  const int N = 3, C = 5;
+  const Doubles x = widen(random_floats(N * C, 20)), w = widen(random_floats(C, 21)),
+                b = widen(random_floats(C, 22)), dout = widen(random_floats(N * C, 23));
+  auto forward = [&](const Doubles& xx, const Doubles& ww, const Doubles& bb) {
+    Doubles out(N * C), mean(N), rstd(N);
+    scalar::layernorm_forward(out.data(), mean.data(), rstd.data(), xx.data(), ww.data(),
+                              bb.data(), N, C, 1e-5);
+    return out;
+  };
+  Doubles out(N * C), mean(N), rstd(N), dx(N * C), dw(C), db(C);
+  scalar::layernorm_forward(out.data(), mean.data(), rstd.data(), x.data(), w.data(), b.data(), N,
+                            C, 1e-5);
+  scalar::layernorm_backward(dx.data(), dw.data(), db.data(), dout.data(), x.data(), w.data(),
+                             mean.data(), rstd.data(), N, C);
+  EXPECT_LT(rel_l2(dx, numeric_gradient([&](const Doubles& v) { return forward(v, w, b); }, x,
+                                        dout)),
+            kFdTol);
+  EXPECT_LT(rel_l2(dw, numeric_gradient([&](const Doubles& v) { return forward(x, v, b); }, w,
+                                        dout)),
+            kFdTol);
+  EXPECT_LT(rel_l2(db, numeric_gradient([&](const Doubles& v) { return forward(x, w, v); }, b,
+                                        dout)),
+            kFdTol);
+}
+
+// --- linear --------------------------------------------------------------------------
+
+void check_linear(int N, int IC, int OC, bool with_bias, bool with_dinp) {
+  SCOPED_TRACE(testing::Message() << "N=" << N << " IC=" << IC << " OC=" << OC
+                                  << " bias=" << with_bias << " dinp=" << with_dinp);
+  const Floats x = random_floats(N * IC, 30), w = random_floats(OC * IC, 31),
+               b = random_floats(OC, 32), dout = random_floats(N * OC, 33);
+  Floats out(N * OC), dx(N * IC, 5.0f), dw(OC * IC, 5.0f), db(OC, 5.0f);
+  cpu::linear_forward(out.data(), x.data(), w.data(), with_bias ? b.data() : nullptr, N, IC, OC);
+  cpu::linear_backward(with_dinp ? dx.data() : nullptr, dw.data(), with_bias ? db.data() : nullptr,
+                       dout.data(), x.data(), w.data(), N, IC, OC);
+  const Doubles x64 = widen(x), w64 = widen(w), b64 = widen(b), dout64 = widen(dout);
+  Doubles out64(N * OC), dx64(N * IC), dw64(OC * IC), db64(OC);
+  scalar::linear_forward(out64.data(), x64.data(), w64.data(), with_bias ? b64.data() : nullptr, N,
+                         IC, OC);
+  scalar::linear_backward(dx64.data(), dw64.data(), db64.data(), dout64.data(), x64.data(),
+                          w64.data(), N, IC, OC);
+  EXPECT_LT(rel_l2(out, out64), kTol);
+  EXPECT_LT(rel_l2(dw, dw64), kTol);
+  if (with_dinp)
+    EXPECT_LT(rel_l2(dx, dx64), kTol);
+  else
+    EXPECT_EQ(dx, Floats(N * IC, 5.0f));  // null dinp: nothing written
+  if (with_bias)
+    EXPECT_LT(rel_l2(db, db64), kTol);
+  else
+    EXPECT_EQ(db, Floats(OC, 5.0f));
+}
+
+TEST(Kernels, LinearMatchesFloat64) {
+  check_linear(7 * 13, 37, 111, true, true);
+  check_linear(7 * 13, 37, 61, false, true);
+  check_linear(53, 101, 37, true, false);
+  check_linear(1, 3, 1, true, true);
+}
+
+// --- attention -----------------------------------------------------------------------
+
+struct AttentionResult {
+  Floats out, dqkv;
+};
+
+AttentionResult run_cpu_attention(const Floats& qkv, const Floats& dout, int B, int T, int C,
+                                  int NH) {
+  Floats out(B * T * C), lse(cpu::attention_saved_floats(B, T, NH)), dqkv(B * T * 3 * C, 9.0f);
+  cpu::attention_forward(out.data(), lse.data(), qkv.data(), B, T, C, NH);
+  cpu::attention_backward(dqkv.data(), dout.data(), qkv.data(), out.data(), lse.data(), B, T, C,
+                          NH);
+  return {out, dqkv};
+}
+
+void check_attention(int B, int T, int C, int NH, float spread) {
+  SCOPED_TRACE(testing::Message() << "B=" << B << " T=" << T << " C=" << C << " NH=" << NH);
+  const Floats qkv = random_floats(B * T * 3 * C, 40, spread), dout = random_floats(B * T * C, 41);
+  const AttentionResult got = run_cpu_attention(qkv, dout, B, T, C, NH);
+  const Doubles qkv64 = widen(qkv), dout64 = widen(dout);
+  Doubles out64(B * T * C), probs(scalar::attention_saved_floats(B, T, NH)), dqkv64(B * T * 3 * C);
+  scalar::attention_forward(out64.data(), probs.data(), qkv64.data(), B, T, C, NH);
+  scalar::attention_backward(dqkv64.data(), dout64.data(), qkv64.data(), probs.data(), B, T, C,
+                             NH);
+  EXPECT_LT(rel_l2(got.out, out64), 5e-6);
+  EXPECT_LT(rel_l2(got.dqkv, dqkv64), 1e-5);
+}
+
+TEST(Kernels, AttentionMatchesFloat64) {
+  check_attention(2, 13, 3 * 7, 3, 1.0f);
+  // T > the key tile (64) so the online-softmax rescaling across tiles is exercised, with
+  // scores spread enough that later tiles raise the running maximum.
+  check_attention(1, 150, 2 * 19, 2, 2.0f);
+  check_attention(2, 67, 64, 1, 1.0f);
+}
+
+TEST(Kernels, AttentionBackwardMatchesFiniteDifferences) {
+  const int B = 1, T = 4, C = 6, NH = 2;
+  const Doubles qkv = widen(random_floats(B * T * 3 * C, 50)),
+                dout = widen(random_floats(B * T * C, 51));
+  auto forward = [&](const Doubles& x) {
+    Doubles out(B * T * C), probs(scalar::attention_saved_floats(B, T, NH));
+    scalar::attention_forward(out.data(), probs.data(), x.data(), B, T, C, NH);
+    return out;
+  };
+  Doubles out(B * T * C), probs(scalar::attention_saved_floats(B, T, NH)), dqkv(B * T * 3 * C);
+  scalar::attention_forward(out.data(), probs.data(), qkv.data(), B, T, C, NH);
+  scalar::attention_backward(dqkv.data(), dout.data(), qkv.data(), probs.data(), B, T, C, NH);
+  EXPECT_LT(rel_l2(dqkv, numeric_gradient(forward, qkv, dout)), kFdTol);
+  // The cpu kernel on the same tiny case, for the same derivative.
+  Floats qkv32(qkv.begin(), qkv.end()), dout32(dout.begin(), dout.end());
+  EXPECT_LT(rel_l2(run_cpu_attention(qkv32, dout32, B, T, C, NH).dqkv, dqkv), 1e-5);
+}
+
+// --- gelu ----------------------------------------------------------------------------
+
+TEST(Kernels, GeluMatchesFloat64) {
+  const size_t n = 100003;  // several parallel chunks and a ragged tail
+  Floats x = random_floats(n, 60, 3.0f);
+  x[0] = 0.0f;
+  x[1] = 12.0f;
+  x[2] = -12.0f;
+  x[3] = 1e-4f;
+  const Floats dout = random_floats(n, 61);
+  Floats out(n), dx(n);
+  cpu::gelu_forward(out.data(), x.data(), n);
+  cpu::gelu_backward(dx.data(), x.data(), dout.data(), n);
+  const Doubles x64 = widen(x), dout64 = widen(dout);
+  Doubles out64(n), dx64(n);
+  scalar::gelu_forward(out64.data(), x64.data(), n);
+  scalar::gelu_backward(dx64.data(), x64.data(), dout64.data(), n);
+  EXPECT_LT(rel_l2(out, out64), kTol);
+  EXPECT_LT(rel_l2(dx, dx64), kTol);
+  double worst = 0.0;  // absolute, per element, against the output scale
+  for (size_t i = 0; i < n; ++i)
+    worst = std::max(worst, std::abs(out[i] - out64[i]) / (1.0 + std::abs(out64[i])));
+  EXPECT_LT(worst, 1e-6);
+}
+
+TEST(Kernels, GeluBackwardMatchesFiniteDifferences) {
+  const size_t n = 23;
+  const Doubles x = widen(random_floats(n, 62, 2.0f)), dout = widen(random_floats(n, 63));
+  Doubles dx(n);
+  scalar::gelu_backward(dx.data(), x.data(), dout.data(), n);
+  auto forward = [&](const Doubles& v) {
+    Doubles out(n);
+    scalar::gelu_forward(out.data(), v.data(), n);
+    return out;
+  };
+  EXPECT_LT(rel_l2(dx, numeric_gradient(forward, x, dout)), kFdTol);
+}
+
+// --- elementwise ---------------------------------------------------------------------
+
+TEST(Kernels, ElementwiseAdd) {
+  const size_t n = 70001;
+  const Floats a = random_floats(n, 70), b = random_floats(n, 71);
+  Floats out(n);
+  cpu::add(out.data(), a.data(), b.data(), n);
+  for (size_t i = 0; i < n; ++i) ASSERT_EQ(out[i], a[i] + b[i]) << i;
+  Floats aliased = a;  // out aliasing an input
+  cpu::add(aliased.data(), aliased.data(), b.data(), n);
+  EXPECT_EQ(aliased, out);
+  Floats acc = a;
+  cpu::add_inplace(acc.data(), b.data(), n);
+  EXPECT_EQ(acc, out);
+}
+
+// --- cross-entropy -------------------------------------------------------------------
+
+TEST(Kernels, CrossEntropyMatchesFloat64) {
+  const int N = 7 * 13, V = 61, Vp = 64;
+  Floats logits = random_floats(N * Vp, 80, 3.0f);
+  // Padded columns hold garbage that must not leak into the softmax.
+  for (int n = 0; n < N; ++n)
+    for (int v = V; v < Vp; ++v) logits[n * Vp + v] = 1e4f;
+  const auto targets = random_tokens(N, V, 81);
+  Floats lse(cpu::cross_entropy_saved_floats(N)), dlogits(N * Vp, 3.0f);
+  const float loss = cpu::cross_entropy_forward(lse.data(), logits.data(), targets.data(), N, V, Vp);
+  cpu::cross_entropy_backward(dlogits.data(), logits.data(), lse.data(), targets.data(), N, V, Vp,
+                              0.5f);
+  const Doubles logits64 = widen(logits);
+  Doubles lse64(N), dlogits64(N * Vp);
+  const double loss64 =
+      scalar::cross_entropy_forward(lse64.data(), logits64.data(), targets.data(), N, V, Vp);
+  scalar::cross_entropy_backward(dlogits64.data(), logits64.data(), lse64.data(), targets.data(),
+                                 N, V, Vp, 0.5);
+  EXPECT_NEAR(loss, loss64, 1e-6 * loss64);
+  EXPECT_LT(rel_l2(lse, lse64), 1e-7);
+  EXPECT_LT(rel_l2(dlogits, dlogits64), kTol);
+  for (int n = 0; n < N; ++n)
+    for (int v = V; v < Vp; ++v) ASSERT_EQ(dlogits[n * Vp + v], 0.0f);
+
+  // In place (dlogits aliasing logits), as a model may do to save memory.
+  Floats inplace = logits;
+  cpu::cross_entropy_backward(inplace.data(), inplace.data(), lse.data(), targets.data(), N, V, Vp,
+                              0.5f);
+  EXPECT_EQ(inplace, dlogits);
+}
+
+TEST(Kernels, CrossEntropyBackwardMatchesFiniteDifferences) {
+  const int N = 3, V = 5, Vp = 8;
+  const Doubles logits = widen(random_floats(N * Vp, 82));
+  const auto targets = random_tokens(N, V, 83);
+  Doubles lse(N), dlogits(N * Vp);
+  scalar::cross_entropy_forward(lse.data(), logits.data(), targets.data(), N, V, Vp);
+  scalar::cross_entropy_backward(dlogits.data(), logits.data(), lse.data(), targets.data(), N, V,
+                                 Vp, 1.0);
+  auto loss = [&](const Doubles& x) {
+    Doubles l(N);
+    return Doubles{scalar::cross_entropy_forward(l.data(), x.data(), targets.data(), N, V, Vp)};
+  };
+  EXPECT_LT(rel_l2(dlogits, numeric_gradient(loss, logits, Doubles{1.0})), kFdTol);
+}
+
+// --- AdamW + clipping ----------------------------------------------------------------
+
+// torch.nn.utils.clip_grad_norm_ then torch.optim.AdamW, every scalar and element in double.
+struct AdamState64 {
+  Doubles param, m, v;
+};
+double adamw_reference(std::vector<AdamState64>& state, const std::vector<Doubles>& grads,
+                       const std::vector<bool>& decay, const forge::OptimizerStep& hp) {
+  double sq = 0.0;
+  for (const auto& g : grads)
+    for (double x : g) sq += x * x;
+  const double norm = std::sqrt(sq);
+  const double coef = hp.max_grad_norm > 0 ? std::min(1.0, hp.max_grad_norm / (norm + 1e-6)) : 1.0;
+  const double bc1 = 1.0 - std::pow(hp.beta1, hp.step), bc2 = 1.0 - std::pow(hp.beta2, hp.step);
+  for (size_t t = 0; t < state.size(); ++t)
+    for (size_t i = 0; i < state[t].param.size(); ++i) {
+      const double g = grads[t][i] * coef;
+      double& p = state[t].param[i];
+      double& m = state[t].m[i];
+      double& v = state[t].v[i];
+      if (decay[t]) p *= 1.0 - hp.lr * hp.weight_decay;
+      m = hp.beta1 * m + (1.0 - hp.beta1) * g;
+      v = hp.beta2 * v + (1.0 - hp.beta2) * g * g;
+      p -= hp.lr / bc1 * m / (std::sqrt(v) / std::sqrt(bc2) + hp.eps);
+    }
+  return norm;
+}
+
+void check_adamw(double max_grad_norm, bool use_cpu) {
+  SCOPED_TRACE(testing::Message() << "max_grad_norm=" << max_grad_norm << " cpu=" << use_cpu);
+  const std::vector<size_t> sizes = {37, 70001, 1, 4099};  // 70001: several parallel chunks
+  const std::vector<bool> decay = {true, true, false, false};
+  std::vector<Floats> param, grad, m, v;
+  std::vector<AdamState64> ref;
+  for (size_t t = 0; t < sizes.size(); ++t) {
+    param.push_back(random_floats(sizes[t], 90 + t));
+    m.push_back(Floats(sizes[t], 0.0f));
+    v.push_back(Floats(sizes[t], 0.0f));
+    ref.push_back({widen(param[t]), Doubles(sizes[t], 0.0), Doubles(sizes[t], 0.0)});
+  }
+  forge::OptimizerStep hp{3e-3, 0.9, 0.95, 1e-8, 0.1, max_grad_norm, 0};
+  for (int step = 1; step <= 3; ++step) {
+    hp.step = step;
+    std::vector<Doubles> grads64;
+    std::vector<forge::ParamRef> refs;
+    grad.clear();
+    for (size_t t = 0; t < sizes.size(); ++t) {
+      grad.push_back(random_floats(sizes[t], 1000 * step + t, 0.01f));
+      grads64.push_back(widen(grad[t]));
+    }
+    for (size_t t = 0; t < sizes.size(); ++t)
+      refs.push_back({param[t].data(), grad[t].data(), m[t].data(), v[t].data(), sizes[t],
+                      static_cast<bool>(decay[t])});
+    const double norm = use_cpu ? cpu::optimizer_step(refs.data(), static_cast<int>(refs.size()), hp)
+                                : scalar::optimizer_step(refs.data(),
+                                                         static_cast<int>(refs.size()), hp);
+    const double norm64 = adamw_reference(ref, grads64, decay, hp);
+    EXPECT_NEAR(norm, norm64, 1e-12 * norm64);
+    for (size_t t = 0; t < sizes.size(); ++t) {
+      EXPECT_LT(rel_l2(param[t], ref[t].param), 1e-6) << "tensor " << t << " step " << step;
+      EXPECT_LT(rel_l2(m[t], ref[t].m), 1e-6) << "tensor " << t << " step " << step;
+      EXPECT_LT(rel_l2(v[t], ref[t].v), 1e-5) << "tensor " << t << " step " << step;
+    }
+  }
+}
+
+TEST(Kernels, AdamWMatchesTorchFormulas) {
+  // The gradients' global norm is ~0.01 * sqrt(74138) ~ 2.7: 1.0 clips, 0 disables, 10 does not.
+  for (bool use_cpu : {true, false}) {
+    check_adamw(1.0, use_cpu);
+    check_adamw(0.0, use_cpu);
+    check_adamw(10.0, use_cpu);
+  }
+}
+
+TEST(Kernels, AdamWClippingChangesTheUpdate) {
+  // Guards against a clip coefficient that is computed but never applied.
+  const size_t n = 1000;
+  const Floats g = random_floats(n, 7, 1.0f);
+  Floats p1(n, 1.0f), p2(n, 1.0f), m1(n, 0.0f), m2(n, 0.0f), v1(n, 0.0f), v2(n, 0.0f);
+  Floats g1 = g, g2 = g;
+  forge::ParamRef r1{p1.data(), g1.data(), m1.data(), v1.data(), n, true};
+  forge::ParamRef r2{p2.data(), g2.data(), m2.data(), v2.data(), n, true};
+  forge::OptimizerStep hp{1e-2, 0.9, 0.95, 1e-8, 0.0, 1.0, 2};
+  // Adam normalises g, so a clip shows only through eps and the (m, v) history: start from
+  // a non-zero history to make the clip visible.
+  for (size_t i = 0; i < n; ++i) m1[i] = m2[i] = 0.5f, v1[i] = v2[i] = 0.25f;
+  cpu::optimizer_step(&r1, 1, hp);
+  hp.max_grad_norm = 0.0;
+  cpu::optimizer_step(&r2, 1, hp);
+  EXPECT_GT(rel_l2(p1, widen(p2)), 1e-4);
+}
+
+// --- the profile ---------------------------------------------------------------------
+
+TEST(Kernels, FastProfileIsRegistered) {
+  auto fast = forge::make_numerics("fast");
+  ASSERT_NE(fast, nullptr);
+  EXPECT_EQ(fast->name(), "fast");
+  // The fused attention keeps one log-sum-exp per (b, h, t), never a T x T matrix.
+  EXPECT_EQ(fast->attention_saved_floats(2, 256, 384, 6), 2u * 6 * 256);
+  EXPECT_EQ(fast->classifier_saved_floats(512, 50257, 50304), 512u);
+  try {
+    forge::make_numerics("fastest");
+    FAIL() << "an unknown profile must throw";
+  } catch (const forge::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("fast, torch-cpu, bf16"), std::string::npos) << e.what();
+  }
+}
+
+}  // namespace

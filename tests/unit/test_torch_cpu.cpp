@@ -1,0 +1,307 @@
+// The torch-cpu profile, op by op, bit for bit against Debian's PyTorch 1.13.1.
+//
+// tests/tools/torch_cpu_fixtures.py (run by /usr/bin/python3 with ATEN_CPU_CAPABILITY=avx2
+// and torch.set_num_threads(n)) writes inputs and torch's outputs; each test runs the
+// profile's kernel with OpenMP pinned to the same n and requires every output element to have
+// torch's bit pattern. A missing torch makes the fixture step fail, and so the tests fail.
+#include <gtest/gtest.h>
+#include <omp.h>
+
+#include <cmath>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "forge/kernels/cpu/torch_cpu_attention.h"
+#include "forge/kernels/cpu/torch_cpu_embedding.h"
+#include "forge/kernels/cpu/torch_cpu_gelu.h"
+#include "forge/kernels/cpu/torch_cpu_layernorm.h"
+#include "forge/kernels/cpu/torch_cpu_linear.h"
+#include "forge/kernels/cpu/torch_cpu_optim.h"
+#include "forge/kernels/cpu/torch_cpu_xent.h"
+#include "forge/numerics/numerics.h"
+#include "forge/numerics/profiles.h"
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+namespace {
+
+std::string source_dir() {
+  if (const char* s = std::getenv("FORGE_SOURCE_DIR")) return s;
+  return FORGE_SOURCE_DIR;
+}
+
+// One fixture directory per thread count, generated once per test process.
+struct Fixtures {
+  fs::path dir;
+  json index;
+  std::string error;
+
+  explicit Fixtures(int threads) {
+    dir = fs::temp_directory_path() /
+          ("forge_tcpu_fx_" + std::to_string(::getpid()) + "_t" + std::to_string(threads));
+    fs::remove_all(dir);
+    const std::string cmd = "ATEN_CPU_CAPABILITY=avx2 OMP_NUM_THREADS=" +
+                            std::to_string(threads) + " /usr/bin/python3 '" + source_dir() +
+                            "/tests/tools/torch_cpu_fixtures.py' --out '" + dir.string() +
+                            "' --threads " + std::to_string(threads) + " 2>&1";
+    const int rc = std::system(cmd.c_str());
+    if (rc != 0) {
+      error = "fixture script failed (is Debian's python3-torch 1.13.1 installed?): " + cmd;
+      return;
+    }
+    std::ifstream f(dir / "index.json");
+    index = json::parse(f);
+  }
+  ~Fixtures() {
+    std::error_code ec;
+    fs::remove_all(dir, ec);
+  }
+
+  template <typename T>
+  std::vector<T> load(const json& c, const std::string& name) const {
+    const auto& t = c.at("tensors").at(name);
+    std::ifstream f(dir / t.at("file").get<std::string>(), std::ios::binary);
+    std::vector<char> bytes((std::istreambuf_iterator<char>(f)), {});
+    std::vector<T> out(bytes.size() / sizeof(T));
+    std::memcpy(out.data(), bytes.data(), out.size() * sizeof(T));
+    return out;
+  }
+  std::vector<float> f32(const json& c, const std::string& name) const {
+    return load<float>(c, name);
+  }
+  std::vector<int32_t> i32(const json& c, const std::string& name) const {
+    return load<int32_t>(c, name);
+  }
+};
+
+Fixtures& fixtures(int threads) {
+  static std::map<int, std::unique_ptr<Fixtures>> cache;
+  auto& p = cache[threads];
+  if (!p) p = std::make_unique<Fixtures>(threads);
+  return *p;
+}
+
+int64_t ordered(float x) {
+  int32_t i;
+  std::memcpy(&i, &x, 4);
+  return i < 0 ? -static_cast<int64_t>(i & 0x7fffffff) : static_cast<int64_t>(i);
+}
+
+// Bit equality; on failure, the count of differing elements, the max ULP distance and the
+// first difference.
+::testing::AssertionResult bits_equal(const std::vector<float>& got,
+                                      const std::vector<float>& want) {
+  if (got.size() != want.size())
+    return ::testing::AssertionFailure() << "size " << got.size() << " vs " << want.size();
+  if (std::memcmp(got.data(), want.data(), got.size() * sizeof(float)) == 0)
+    return ::testing::AssertionSuccess();
+  size_t ndiff = 0, first = got.size();
+  int64_t max_ulp = 0;
+  for (size_t i = 0; i < got.size(); ++i) {
+    if (std::memcmp(&got[i], &want[i], 4) == 0) continue;
+    if (first == got.size()) first = i;
+    ++ndiff;
+    max_ulp = std::max(max_ulp, std::llabs(ordered(got[i]) - ordered(want[i])));
+  }
+  std::ostringstream os;
+  os.precision(9);
+  os << ndiff << "/" << got.size() << " elements differ, max ULP " << max_ulp << ", first at "
+     << first << ": got " << got[first] << " want " << want[first];
+  return ::testing::AssertionFailure() << os.str();
+}
+
+class TorchCpu : public ::testing::TestWithParam<int> {
+ protected:
+  void SetUp() override {
+    threads_ = GetParam();
+    fx_ = &fixtures(threads_);
+    ASSERT_TRUE(fx_->error.empty()) << fx_->error;
+    ASSERT_EQ(fx_->index.at("torch").get<std::string>().rfind("1.13", 0), 0u);
+    saved_threads_ = omp_get_max_threads();
+    omp_set_num_threads(threads_);
+  }
+  void TearDown() override { omp_set_num_threads(saved_threads_); }
+
+  std::vector<json> cases(const std::string& op) const {
+    std::vector<json> out;
+    for (const auto& c : fx_->index.at("cases"))
+      if (c.at("op") == op) out.push_back(c);
+    EXPECT_FALSE(out.empty()) << "no fixtures for " << op;
+    return out;
+  }
+
+  int threads_ = 1, saved_threads_ = 1;
+  Fixtures* fx_ = nullptr;
+};
+
+#define EXPECT_BITS(got, want, what) \
+  EXPECT_TRUE(bits_equal(got, want)) << c.at("name").get<std::string>() << " " << what
+
+TEST_P(TorchCpu, Linear) {
+  for (const auto& c : cases("linear")) {
+    const auto& p = c.at("params");
+    const int64_t N = p.at("N"), IC = p.at("IC"), OC = p.at("OC");
+    const bool bias = p.at("bias");
+    auto x = fx_->f32(c, "x"), w = fx_->f32(c, "w"), dout = fx_->f32(c, "dout");
+    std::vector<float> b = bias ? fx_->f32(c, "b") : std::vector<float>{};
+    std::vector<float> out(N * OC), dinp(N * IC), dw(OC * IC), db(OC);
+    forge::tcpu::linear_forward(out.data(), x.data(), w.data(), bias ? b.data() : nullptr, N,
+                                IC, OC);
+    forge::tcpu::linear_backward(dinp.data(), dw.data(), bias ? db.data() : nullptr,
+                                 dout.data(), x.data(), w.data(), N, IC, OC);
+    EXPECT_BITS(out, fx_->f32(c, "out"), "out");
+    EXPECT_BITS(dinp, fx_->f32(c, "dinp"), "dinp");
+    EXPECT_BITS(dw, fx_->f32(c, "dw"), "dweight");
+    if (bias) EXPECT_BITS(db, fx_->f32(c, "dbias"), "dbias");
+  }
+}
+
+TEST_P(TorchCpu, LayerNorm) {
+  for (const auto& c : cases("layernorm")) {
+    const auto& p = c.at("params");
+    const int64_t N = p.at("N"), C = p.at("C");
+    const float eps = static_cast<float>(p.at("eps").get<double>());
+    auto x = fx_->f32(c, "x"), w = fx_->f32(c, "w"), b = fx_->f32(c, "b");
+    auto dout = fx_->f32(c, "dout");
+    std::vector<float> out(N * C), mean(N), rstd(N), dinp(N * C), dw(C), db(C);
+    std::vector<float> scratch(forge::tcpu::layernorm_backward_scratch(C, threads_));
+    forge::tcpu::layernorm_forward(out.data(), mean.data(), rstd.data(), x.data(), w.data(),
+                                   b.data(), N, C, eps);
+    forge::tcpu::layernorm_backward(dinp.data(), dw.data(), db.data(), dout.data(), x.data(),
+                                    w.data(), mean.data(), rstd.data(), N, C, scratch.data());
+    EXPECT_BITS(mean, fx_->f32(c, "mean"), "mean");
+    EXPECT_BITS(rstd, fx_->f32(c, "rstd"), "rstd");
+    EXPECT_BITS(out, fx_->f32(c, "out"), "out");
+    EXPECT_BITS(dinp, fx_->f32(c, "dinp"), "dinp");
+    EXPECT_BITS(dw, fx_->f32(c, "dw"), "dweight");
+    EXPECT_BITS(db, fx_->f32(c, "db"), "dbias");
+  }
+}
+
+TEST_P(TorchCpu, Gelu) {
+  for (const auto& c : cases("gelu")) {
+    const size_t n = c.at("params").at("n");
+    auto x = fx_->f32(c, "x"), dout = fx_->f32(c, "dout");
+    std::vector<float> out(n), dinp(n);
+    forge::tcpu::gelu_forward(out.data(), x.data(), n);
+    forge::tcpu::gelu_backward(dinp.data(), x.data(), dout.data(), n);
+    EXPECT_BITS(out, fx_->f32(c, "out"), "out");
+    EXPECT_BITS(dinp, fx_->f32(c, "dinp"), "dinp");
+  }
+}
+
+TEST_P(TorchCpu, Attention) {
+  for (const auto& c : cases("attention")) {
+    const auto& p = c.at("params");
+    const int64_t B = p.at("B"), T = p.at("T"), C = p.at("C"), NH = p.at("NH");
+    auto qkv = fx_->f32(c, "qkv"), dout = fx_->f32(c, "dout");
+    std::vector<float> out(B * T * C), probs(B * NH * T * T), dqkv(B * T * 3 * C);
+    std::vector<float> scratch(forge::tcpu::attention_scratch_floats(B, T, C, NH));
+    forge::tcpu::attention_forward(out.data(), probs.data(), qkv.data(), B, T, C, NH,
+                                   scratch.data());
+    forge::tcpu::attention_backward(dqkv.data(), dout.data(), qkv.data(), probs.data(), B, T,
+                                    C, NH, scratch.data());
+    EXPECT_BITS(probs, fx_->f32(c, "att"), "softmax probabilities");
+    EXPECT_BITS(out, fx_->f32(c, "out"), "out");
+    EXPECT_BITS(dqkv, fx_->f32(c, "dqkv"), "dqkv");
+  }
+}
+
+TEST_P(TorchCpu, CrossEntropy) {
+  for (const auto& c : cases("xent")) {
+    const auto& p = c.at("params");
+    const int64_t N = p.at("N"), V = p.at("V"), Vp = p.at("Vp");
+    auto logits = fx_->f32(c, "logits");
+    auto targets = fx_->i32(c, "targets");
+    const float dloss = fx_->f32(c, "dloss")[0];
+    std::vector<float> logp(N * V), dlogits(N * Vp, 1.0f);
+    std::vector<float> loss{forge::tcpu::cross_entropy_forward(logp.data(), logits.data(),
+                                                               targets.data(), N, V, Vp)};
+    forge::tcpu::cross_entropy_backward(dlogits.data(), logp.data(), targets.data(), N, V, Vp,
+                                        dloss);
+    EXPECT_BITS(loss, fx_->f32(c, "loss"), "loss");
+    EXPECT_BITS(dlogits, fx_->f32(c, "dlogits"), "dlogits");
+  }
+}
+
+TEST_P(TorchCpu, Embedding) {
+  for (const auto& c : cases("embedding")) {
+    const auto& p = c.at("params");
+    const int64_t B = p.at("B"), T = p.at("T"), V = p.at("V"), C = p.at("C");
+    auto tokens = fx_->i32(c, "tokens");
+    auto wte = fx_->f32(c, "wte"), wpe = fx_->f32(c, "wpe"), dout = fx_->f32(c, "dout");
+    std::vector<float> out(B * T * C), dwte = fx_->f32(c, "head_grad"), dwpe(T * C), row(C);
+    std::vector<int32_t> ints(forge::tcpu::embedding_backward_scratch_ints(B, T, V));
+    forge::tcpu::embedding_forward(out.data(), tokens.data(), wte.data(), wpe.data(), B, T, C);
+    forge::tcpu::embedding_backward(dwte.data(), dwpe.data(), dout.data(), tokens.data(), B, T,
+                                    C, V, ints.data(), row.data());
+    EXPECT_BITS(out, fx_->f32(c, "out"), "out");
+    EXPECT_BITS(dwte, fx_->f32(c, "dwte"), "dwte");
+    EXPECT_BITS(dwpe, fx_->f32(c, "dwpe"), "dwpe");
+  }
+}
+
+TEST_P(TorchCpu, Add) {
+  for (const auto& c : cases("add")) {
+    auto a = fx_->f32(c, "a"), b = fx_->f32(c, "b");
+    std::vector<float> out(a.size());
+    forge::tcpu::add(out.data(), a.data(), b.data(), static_cast<int64_t>(a.size()));
+    EXPECT_BITS(out, fx_->f32(c, "out"), "out");
+  }
+}
+
+// clip_grad_norm_ + AdamW over three steps with a changing lr, through the profile's
+// optimizer_step (two parameter groups: decay on >= 2-D tensors only).
+TEST_P(TorchCpu, Optimizer) {
+  auto numerics = forge::make_torch_cpu_numerics();
+  for (const auto& c : cases("optimizer")) {
+    const auto& p = c.at("params");
+    const int count = p.at("count");
+    const int steps = p.at("steps");
+    std::vector<std::vector<float>> param(count), grad(count), m(count), v(count);
+    std::vector<forge::ParamRef> refs(count);
+    for (int i = 0; i < count; ++i) {
+      param[i] = fx_->f32(c, "p" + std::to_string(i) + "_init");
+      const size_t n = param[i].size();
+      grad[i].assign(n, 0.f);
+      m[i].assign(n, 0.f);
+      v[i].assign(n, 0.f);
+      refs[i] = {param[i].data(), grad[i].data(), m[i].data(), v[i].data(), n,
+                 p.at("decay")[i].get<bool>()};
+    }
+    for (int s = 0; s < steps; ++s) {
+      for (int i = 0; i < count; ++i)
+        grad[i] = fx_->f32(c, "s" + std::to_string(s) + "_g" + std::to_string(i)),
+        refs[i].grad = grad[i].data();
+      forge::OptimizerStep hp{p.at("lrs")[s].get<double>(), p.at("beta1"), p.at("beta2"),
+                              p.at("eps"), p.at("wd"), p.at("max_norm"), s + 1};
+      const double norm = numerics->optimizer_step(refs.data(), count, hp);
+      const std::string step = " step " + std::to_string(s + 1);
+      if (hp.max_grad_norm > 0)
+        EXPECT_BITS(std::vector<float>{static_cast<float>(norm)},
+                    std::vector<float>{p.at("norms_f32")[s].get<float>()}, "grad norm" + step);
+      for (int i = 0; i < count; ++i) {
+        const std::string id = std::to_string(i), pre = "s" + std::to_string(s) + "_";
+        EXPECT_BITS(grad[i], fx_->f32(c, pre + "gc" + id), "clipped grad " + id + step);
+        EXPECT_BITS(m[i], fx_->f32(c, pre + "m" + id), "exp_avg " + id + step);
+        EXPECT_BITS(v[i], fx_->f32(c, pre + "v" + id), "exp_avg_sq " + id + step);
+        EXPECT_BITS(param[i], fx_->f32(c, pre + "p" + id), "param " + id + step);
+      }
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Threads, TorchCpu, ::testing::Values(1, 2),
+                         [](const auto& info) { return "t" + std::to_string(info.param); });
+
+}  // namespace
