@@ -37,7 +37,6 @@ void register_eval(CLI::App& app) {
   cmd->callback([o] {
     set_thread_count(o->threads);
     LoadedModel lm = load_trained_model(o->checkpoint, o->config, 0, 0);
-    (void)lm;
     const Config& c = lm.config;
     const std::string data = o->data.empty() ? c.data.val : o->data;
     if (data.empty()) fail("{}: field 'data.val' is empty and no --data was given", c.path);

@@ -70,6 +70,7 @@ LoadedModel load_trained_model(const std::string& checkpoint, const std::string&
     fail("{}: a safetensors file needs --config to say which model it holds", checkpoint);
   }
   validate_config(lm.config);
+  if (B <= 0) B = lm.config.train.batch_size;
   if (T <= 0) T = lm.config.train.seq_len;
   T = std::min(T, lm.config.model.block_size);
   lm.numerics = make_numerics(numerics);
