@@ -87,12 +87,13 @@ class ProgressBar {
   std::chrono::steady_clock::time_point last_{};
 };
 
-// Routes documents to the two splits. The latest document is held back until the next
-// one arrives, because the rules for the last document depend on what came before it.
+// Routes documents to the two shard writers. The latest document is held back until the
+// next one arrives, because the rules for the last document depend on what came before it.
 class Splitter {
  public:
-  Splitter(const Tokenizer& tok, double val_fraction)
-      : tok_(tok), eot_(tok.eot_token()), newline_(tok.encode("\n")), val_fraction_(val_fraction) {
+  Splitter(const Tokenizer& tok, double val_fraction, ShardWriter& train, ShardWriter& val)
+      : tok_(tok), eot_(tok.eot_token()), newline_(tok.encode("\n")), val_fraction_(val_fraction),
+        train_{&train}, val_{&val} {
     every_ = std::max<size_t>(2, static_cast<size_t>(std::llround(1.0 / val_fraction)));
   }
 
@@ -106,51 +107,54 @@ class Splitter {
 
   void finish() {
     if (!have_pending_) return;
+    have_pending_ = false;
     if (documents_ == 1) {
       // One document (a single text file): split it by tokens so validation is not empty.
       const size_t n = pending_.size();
       const size_t n_val = std::min(n, static_cast<size_t>(std::ceil(val_fraction_ * double(n))));
-      std::vector<uint32_t> head(pending_.begin(), pending_.end() - static_cast<std::ptrdiff_t>(n_val));
-      std::vector<uint32_t> tail(pending_.end() - static_cast<std::ptrdiff_t>(n_val), pending_.end());
-      have_pending_ = false;
-      append(train_, std::move(head));
-      append(val_, std::move(tail));
-      train_docs_ = val_docs_ = 1;
+      append(train_, pending_.data(), n - n_val);
+      append(val_, pending_.data() + (n - n_val), n_val);
       return;
     }
-    bool to_val = pending_index_ % every_ == every_ - 1 || val_docs_ == 0;
-    commit(to_val);
+    commit(pending_index_ % every_ == every_ - 1 || val_.documents == 0);
   }
 
   size_t documents() const { return documents_; }
-  uint64_t tokens_so_far() const { return train_.size() + val_.size() + pending_.size(); }
+  uint64_t tokens_so_far() const { return train_.tokens + val_.tokens + pending_.size(); }
 
-  std::vector<uint32_t> train_, val_;
-  size_t train_docs_ = 0, val_docs_ = 0;
+  struct Split {
+    ShardWriter* writer;
+    uint64_t tokens = 0;
+    size_t documents = 0;
+  };
+  const Split& train() const { return train_; }
+  const Split& val() const { return val_; }
 
  private:
   void commit(bool to_val) {
     have_pending_ = false;
-    if (to_val) {
-      append(val_, std::move(pending_));
-      ++val_docs_;
-    } else {
-      append(train_, std::move(pending_));
-      ++train_docs_;
-    }
+    append(to_val ? val_ : train_, pending_.data(), pending_.size());
     pending_.clear();
   }
 
-  void append(std::vector<uint32_t>& split, std::vector<uint32_t> doc) {
-    if (eot_) split.push_back(*eot_);
-    else if (!split.empty()) split.insert(split.end(), newline_.begin(), newline_.end());
-    split.insert(split.end(), doc.begin(), doc.end());
+  void append(Split& split, const uint32_t* doc, size_t n) {
+    if (eot_) {
+      split.writer->append(&*eot_, 1);
+      split.tokens += 1;
+    } else if (split.documents > 0) {
+      split.writer->append(newline_.data(), newline_.size());
+      split.tokens += newline_.size();
+    }
+    split.writer->append(doc, n);
+    split.tokens += n;
+    split.documents += 1;
   }
 
   const Tokenizer& tok_;
   std::optional<uint32_t> eot_;
   std::vector<uint32_t> newline_;
   double val_fraction_;
+  Split train_, val_;
   size_t every_ = 10;
   std::vector<uint32_t> pending_;
   size_t pending_index_ = 0;
@@ -207,7 +211,9 @@ PrepareResult prepare_data(const PrepareOptions& options, const Tokenizer& token
   r.train_path = (fs::path(options.out_dir) / "train.bin").string();
   r.val_path = (fs::path(options.out_dir) / "val.bin").string();
 
-  Splitter splitter(tokenizer, options.val_fraction);
+  ShardWriter train(r.train_path, tokenizer.vocab_size());
+  ShardWriter val(r.val_path, tokenizer.vocab_size());
+  Splitter splitter(tokenizer, options.val_fraction, train, val);
   ProgressBar bar(options.progress, total_bytes);
   uint64_t done_bytes = 0;
   for (const InputFile& f : files) {
@@ -232,16 +238,11 @@ PrepareResult prepare_data(const PrepareOptions& options, const Tokenizer& token
   if (splitter.documents() == 0) fail("data prepare: no documents found in the inputs ({} files read)", r.files);
 
   r.documents = splitter.documents();
-  r.train_documents = splitter.train_docs_;
-  r.val_documents = splitter.val_docs_;
-  r.train_tokens = splitter.train_.size();
-  r.val_tokens = splitter.val_.size();
-
-  ShardWriter train(r.train_path, tokenizer.vocab_size());
-  train.append(splitter.train_.data(), splitter.train_.size());
+  r.train_documents = splitter.train().documents;
+  r.val_documents = splitter.val().documents;
+  r.train_tokens = splitter.train().tokens;
+  r.val_tokens = splitter.val().tokens;
   train.finish();
-  ShardWriter val(r.val_path, tokenizer.vocab_size());
-  val.append(splitter.val_.data(), splitter.val_.size());
   val.finish();
 
   std::fprintf(stderr,
