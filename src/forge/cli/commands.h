@@ -10,5 +10,6 @@ void register_eval(CLI::App& app);
 void register_sample(CLI::App& app);
 void register_data(CLI::App& app);
 void register_export(CLI::App& app);
+void register_bench(CLI::App& app);
 
 }  // namespace forge::cli

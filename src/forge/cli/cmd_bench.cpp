@@ -1,0 +1,254 @@
+// `forge bench`: tokens/s and MFU of the engine beside PyTorch, measured in one run.
+// Every measurement is its own process (so each side's peak RSS is its own), run in
+// interleaved rounds: engine, reference eager, reference compiled, engine, ...
+#include <fmt/format.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <array>
+#include <chrono>
+#include <cstdio>
+#include <ctime>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
+
+#include "forge/cli/commands.h"
+#include "forge/core/error.h"
+#include "forge/core/peak.h"
+#include "forge/core/threads.h"
+#include "forge/io/atomic_file.h"
+#include "forge/train/bench.h"
+
+namespace fs = std::filesystem;
+
+namespace forge::cli {
+
+namespace {
+
+struct BenchOptions {
+  std::string config, profiles = "fast", reference = "torch", modes = "eager,compile";
+  std::string json_out, md_out, python, engine_only;
+  int warmup = 2, steps = 5, rounds = 1, threads = 0;
+  bool breakdown = false;
+};
+
+std::vector<std::string> split(const std::string& s) {
+  std::vector<std::string> out;
+  std::stringstream ss(s);
+  std::string item;
+  while (std::getline(ss, item, ','))
+    if (!item.empty()) out.push_back(item);
+  return out;
+}
+
+// The repository root: build/forge lives one level below it.
+fs::path repo_root() {
+  const fs::path exe = fs::read_symlink("/proc/self/exe");
+  for (fs::path p = exe.parent_path(); !p.empty() && p != p.root_path(); p = p.parent_path())
+    if (fs::exists(p / "reference" / "forge_ref")) return p;
+  fail("forge bench: cannot find the repository (reference/forge_ref) above {}", exe.string());
+}
+
+// Runs a command, returns the last line of its stdout parsed as JSON.
+nlohmann::json run_json(const std::string& cmd, const std::string& what) {
+  std::FILE* p = popen(cmd.c_str(), "r");
+  if (!p) fail("{}: cannot start: {}", what, cmd);
+  std::string out;
+  std::array<char, 4096> buf;
+  while (std::fgets(buf.data(), buf.size(), p)) out += buf.data();
+  const int rc = pclose(p);
+  const auto last = out.find_last_of('{');
+  if (rc != 0 || last == std::string::npos)
+    fail("{} failed (exit {}): {}", what, WEXITSTATUS(rc), cmd);
+  auto j = nlohmann::json::parse(out.substr(out.rfind('\n', out.size() - 2) + 1), nullptr, false);
+  if (j.is_discarded() || j.contains("error"))
+    fail("{}: {}", what, j.is_discarded() ? "no JSON result" : j["error"].get<std::string>());
+  return j;
+}
+
+struct Side {
+  std::string name;
+  std::vector<double> seconds;
+  size_t rss = 0;
+  int tokens_per_step = 0;
+  double tokens_per_s() const {
+    auto s = seconds;
+    std::sort(s.begin(), s.end());
+    return tokens_per_step / s[s.size() / 2];
+  }
+};
+
+std::string cpu_model() {
+  std::ifstream f("/proc/cpuinfo");
+  std::string line;
+  while (std::getline(f, line))
+    if (line.rfind("model name", 0) == 0) return line.substr(line.find(':') + 2);
+  return "unknown CPU";
+}
+
+int engine_only(const BenchOptions& o) {
+  Config cfg = load_config(o.config);
+  validate_config(cfg);
+  set_thread_count(o.threads > 0 ? o.threads : cfg.train.threads);
+  EngineTiming t = time_engine_steps(cfg, o.engine_only, o.warmup, o.steps, o.breakdown);
+  nlohmann::json j{{"side", "forge " + o.engine_only}, {"step_seconds", t.step_seconds},
+                   {"tokens_per_step", t.tokens_per_step}, {"peak_rss_bytes", t.peak_rss_bytes},
+                   {"flops_per_token", t.flops_per_token}, {"op_seconds", t.op_seconds}};
+  fmt::print("{}\n", j.dump());
+  return 0;
+}
+
+void run_bench(const BenchOptions& o) {
+  if (!o.engine_only.empty()) {
+    engine_only(o);
+    return;
+  }
+  Config cfg = load_config(o.config);
+  validate_config(cfg);
+  const int threads = o.threads > 0 ? o.threads : (cfg.train.threads > 0 ? cfg.train.threads : 0);
+  const int nthreads = set_thread_count(threads);
+  const fs::path root = repo_root();
+  const std::string python = o.python.empty() ? (root / ".venv/bin/python").string() : o.python;
+  const std::string self = fs::read_symlink("/proc/self/exe").string();
+  const auto profiles = split(o.profiles);
+  const auto modes = o.reference == "none" ? std::vector<std::string>{} : split(o.modes);
+  if (o.reference != "torch" && o.reference != "none")
+    fail("--reference: expected torch or none, got '{}'", o.reference);
+
+  fmt::print(stderr, "bench: measuring the machine's peak with {} threads\n", nthreads);
+  const Peak peak = measure_peak(nthreads, 0.5);
+  // The tuned PyTorch settings of BENCHMARKS.md.
+  const std::string env = fmt::format(
+      "OMP_NUM_THREADS={0} MALLOC_MMAP_THRESHOLD_=33554432 MALLOC_TRIM_THRESHOLD_=17179869184 "
+      "MALLOC_TOP_PAD_=1073741824 PYTHONPATH={1}/reference", nthreads, root.string());
+  const std::string common = fmt::format("--config {} --warmup {} --steps {} --threads {}",
+                                         o.config, o.warmup, o.steps, nthreads);
+
+  std::map<std::string, Side> engine;
+  std::map<std::string, std::map<std::string, Side>> refs;
+  std::map<std::string, nlohmann::json> breakdown;
+  double flops_per_token = 0;
+  for (int r = 0; r < o.rounds; ++r) {
+    for (const auto& prof : profiles) {
+      fmt::print(stderr, "bench: round {}/{}: forge {}\n", r + 1, o.rounds, prof);
+      auto j = run_json(fmt::format("{} bench --engine-only {} {}{}", self, prof, common,
+                                    o.breakdown ? " --breakdown" : ""),
+                        "forge bench (engine " + prof + ")");
+      Side& s = engine[prof];
+      s.name = "forge " + prof;
+      for (double x : j["step_seconds"]) s.seconds.push_back(x);
+      s.rss = std::max(s.rss, j["peak_rss_bytes"].get<size_t>());
+      s.tokens_per_step = j["tokens_per_step"];
+      flops_per_token = j["flops_per_token"];
+      if (o.breakdown) breakdown[prof] = j["op_seconds"];
+      const std::string dtype = prof == "bf16" ? "bf16" : "fp32";
+      for (const auto& mode : modes) {
+        fmt::print(stderr, "bench: round {}/{}: torch {} {}\n", r + 1, o.rounds, mode, dtype);
+        auto rj = run_json(fmt::format("env {} {} -m forge_ref.bench {} --mode {} --dtype {}", env,
+                                       python, common, mode, dtype),
+                           "reference bench (" + mode + " " + dtype + ")");
+        Side& rs = refs[prof][mode];
+        rs.name = rj["side"];
+        for (double x : rj["step_seconds"]) rs.seconds.push_back(x);
+        rs.rss = std::max(rs.rss, rj["peak_rss_bytes"].get<size_t>());
+        rs.tokens_per_step = rj["tokens_per_step"];
+      }
+    }
+  }
+
+  char date[32];
+  const std::time_t now = std::time(nullptr);
+  std::strftime(date, sizeof date, "%Y-%m-%d", std::gmtime(&now));
+  nlohmann::json report{{"date", date},         {"cpu", cpu_model()},
+                        {"threads", nthreads},  {"config", o.config},
+                        {"peak_fp32_flops", peak.fp32_flops},
+                        {"peak_bf16_flops", peak.bf16_flops},
+                        {"flops_per_token", flops_per_token},
+                        {"warmup", o.warmup},   {"steps", o.steps}, {"rounds", o.rounds}};
+  auto describe = [&](const Side& s) {
+    auto v = s.seconds;
+    std::sort(v.begin(), v.end());
+    const double tps = s.tokens_per_s();
+    return nlohmann::json{{"tokens_per_s", tps},
+                          {"mfu", flops_per_token * tps / peak.fp32_flops},
+                          {"step_ms_median", 1e3 * v[v.size() / 2]},
+                          {"step_ms_min", 1e3 * v.front()},
+                          {"step_ms_max", 1e3 * v.back()},
+                          {"peak_rss_bytes", s.rss}};
+  };
+  std::string md = fmt::format(
+      "`forge bench --config {} --profiles {} --reference {}` on {}, {} threads, {} "
+      "(fp32 peak measured {:.1f} GFLOP/s; median of {} steps x {} rounds after {} warm-up)\n\n"
+      "| profile | side | tokens/s | step ms (median, min-max) | MFU | peak RSS MiB | forge / side |\n"
+      "| --- | --- | ---: | ---: | ---: | ---: | ---: |\n",
+      o.config, o.profiles, o.reference, cpu_model(), nthreads, date, peak.fp32_flops / 1e9,
+      o.steps, o.rounds, o.warmup);
+  for (const auto& prof : profiles) {
+    nlohmann::json pj;
+    pj["engine"] = describe(engine[prof]);
+    const double etps = engine[prof].tokens_per_s();
+    double fastest = 0;
+    for (auto& [mode, s] : refs[prof]) {
+      pj["references"][s.name] = describe(s);
+      fastest = std::max(fastest, s.tokens_per_s());
+    }
+    if (fastest > 0) pj["ratio_to_fastest_reference"] = etps / fastest;
+    if (o.breakdown) pj["engine_op_seconds_per_step"] = breakdown[prof];
+    report["profiles"][prof] = pj;
+    auto row = [&](const Side& s, double ratio) {
+      const auto d = describe(s);
+      md += fmt::format("| {} | {} | {:.0f} | {:.1f} ({:.1f}-{:.1f}) | {:.1f}% | {:.0f} | {} |\n",
+                        prof, s.name, d["tokens_per_s"].get<double>(),
+                        d["step_ms_median"].get<double>(), d["step_ms_min"].get<double>(),
+                        d["step_ms_max"].get<double>(), 100 * d["mfu"].get<double>(),
+                        s.rss / 1048576.0, ratio > 0 ? fmt::format("{:.2f}x", ratio) : "");
+    };
+    row(engine[prof], 0);
+    for (auto& [mode, s] : refs[prof]) row(s, etps / s.tokens_per_s());
+  }
+  if (o.breakdown) {
+    for (const auto& prof : profiles) {
+      md += fmt::format("\nWhere a `{}` step's time goes (forge, per step):\n\n| op | ms | share |\n"
+                        "| --- | ---: | ---: |\n", prof);
+      double total = 0;
+      std::vector<std::pair<double, std::string>> ops;
+      for (auto& [op, secs] : breakdown[prof].items()) {
+        ops.push_back({secs.get<double>(), op});
+        total += secs.get<double>();
+      }
+      std::sort(ops.rbegin(), ops.rend());
+      for (auto& [secs, op] : ops)
+        md += fmt::format("| {} | {:.2f} | {:.1f}% |\n", op, 1e3 * secs, 100 * secs / total);
+    }
+  }
+  fmt::print("{}", md);
+  if (!o.json_out.empty()) write_text_atomic(o.json_out, report.dump(2) + "\n");
+  if (!o.md_out.empty()) write_text_atomic(o.md_out, md);
+}
+
+}  // namespace
+
+void register_bench(CLI::App& app) {
+  auto o = std::make_shared<BenchOptions>();
+  auto* cmd = app.add_subcommand("bench", "tokens/s and MFU, engine beside PyTorch, in one run");
+  cmd->add_option("--config", o->config, "config JSON")->required();
+  cmd->add_option("--profiles", o->profiles, "comma-separated numerics profiles (fast,bf16)");
+  cmd->add_option("--reference", o->reference, "torch | none");
+  cmd->add_option("--modes", o->modes, "reference modes: eager,compile");
+  cmd->add_option("--warmup", o->warmup, "warm-up steps per measurement")->check(CLI::Range(1, 100));
+  cmd->add_option("--steps", o->steps, "timed steps per measurement (median taken)")->check(CLI::Range(5, 1000));
+  cmd->add_option("--rounds", o->rounds, "interleaved rounds")->check(CLI::Range(1, 100));
+  cmd->add_option("--threads", o->threads, "threads for both sides (default: the config's)");
+  cmd->add_option("--json", o->json_out, "write the report as JSON");
+  cmd->add_option("--md", o->md_out, "write the Markdown table");
+  cmd->add_option("--python", o->python, "reference interpreter (default .venv/bin/python)");
+  cmd->add_flag("--breakdown", o->breakdown, "per-op time of the engine's step");
+  cmd->add_option("--engine-only", o->engine_only, "(internal) time one engine profile, print JSON")
+      ->group("");
+  cmd->callback([o] { run_bench(*o); });
+}
+
+}  // namespace forge::cli

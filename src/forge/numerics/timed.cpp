@@ -1,0 +1,83 @@
+#include "forge/numerics/timed.h"
+
+#include <chrono>
+
+namespace forge {
+
+template <typename F>
+auto TimedNumerics::timed(const char* op, F&& f) {
+  struct Stop {
+    double& total;
+    std::chrono::steady_clock::time_point t0 = std::chrono::steady_clock::now();
+    ~Stop() { total += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(); }
+  } stop{seconds_[op]};
+  return f();
+}
+
+void TimedNumerics::embedding_forward(float* out, const int32_t* tokens, const float* wte,
+                                      const float* wpe, int B, int T, int C) {
+  timed("embedding fwd", [&] { inner_->embedding_forward(out, tokens, wte, wpe, B, T, C); });
+}
+void TimedNumerics::embedding_backward(float* dwte, float* dwpe, const float* dout,
+                                       const int32_t* tokens, int B, int T, int C) {
+  timed("embedding bwd", [&] { inner_->embedding_backward(dwte, dwpe, dout, tokens, B, T, C); });
+}
+void TimedNumerics::layernorm_forward(float* out, float* mean, float* rstd, const float* inp,
+                                      const float* w, const float* b, int N, int C, float eps) {
+  timed("layernorm fwd", [&] { inner_->layernorm_forward(out, mean, rstd, inp, w, b, N, C, eps); });
+}
+void TimedNumerics::layernorm_backward(float* dinp, float* dw, float* db, const float* dout,
+                                       const float* inp, const float* w, const float* mean,
+                                       const float* rstd, int N, int C) {
+  timed("layernorm bwd",
+        [&] { inner_->layernorm_backward(dinp, dw, db, dout, inp, w, mean, rstd, N, C); });
+}
+void TimedNumerics::linear_forward(float* out, const float* inp, const float* w, const float* b,
+                                   int N, int IC, int OC) {
+  timed(OC > 4 * IC ? "lm head fwd" : "linear fwd",
+        [&] { inner_->linear_forward(out, inp, w, b, N, IC, OC); });
+}
+void TimedNumerics::linear_backward(float* dinp, float* dw, float* db, const float* dout,
+                                    const float* inp, const float* w, int N, int IC, int OC) {
+  timed(OC > 4 * IC ? "lm head bwd" : "linear bwd",
+        [&] { inner_->linear_backward(dinp, dw, db, dout, inp, w, N, IC, OC); });
+}
+void TimedNumerics::attention_forward(float* out, float* saved, const float* qkv, int B, int T,
+                                      int C, int NH) {
+  timed("attention fwd", [&] { inner_->attention_forward(out, saved, qkv, B, T, C, NH); });
+}
+void TimedNumerics::attention_backward(float* dqkv, const float* dout, const float* qkv,
+                                       const float* out, const float* saved, int B, int T, int C,
+                                       int NH) {
+  timed("attention bwd",
+        [&] { inner_->attention_backward(dqkv, dout, qkv, out, saved, B, T, C, NH); });
+}
+void TimedNumerics::gelu_forward(float* out, const float* inp, size_t n) {
+  timed("gelu fwd", [&] { inner_->gelu_forward(out, inp, n); });
+}
+void TimedNumerics::gelu_backward(float* dinp, const float* inp, const float* dout, size_t n) {
+  timed("gelu bwd", [&] { inner_->gelu_backward(dinp, inp, dout, n); });
+}
+void TimedNumerics::add(float* out, const float* a, const float* b, size_t n) {
+  timed("residual add", [&] { inner_->add(out, a, b, n); });
+}
+void TimedNumerics::add_inplace(float* acc, const float* x, size_t n) {
+  timed("residual add", [&] { inner_->add_inplace(acc, x, n); });
+}
+float TimedNumerics::cross_entropy_forward(float* saved, const float* logits,
+                                           const int32_t* targets, int N, int V, int Vp) {
+  return timed("cross-entropy fwd",
+               [&] { return inner_->cross_entropy_forward(saved, logits, targets, N, V, Vp); });
+}
+void TimedNumerics::cross_entropy_backward(float* dlogits, const float* logits, const float* saved,
+                                           const int32_t* targets, int N, int V, int Vp,
+                                           float dloss) {
+  timed("cross-entropy bwd", [&] {
+    inner_->cross_entropy_backward(dlogits, logits, saved, targets, N, V, Vp, dloss);
+  });
+}
+double TimedNumerics::optimizer_step(ParamRef* params, int count, const OptimizerStep& hp) {
+  return timed("clip + AdamW", [&] { return inner_->optimizer_step(params, count, hp); });
+}
+
+}  // namespace forge

@@ -1,0 +1,63 @@
+// A Numerics that times another: every op is forwarded and its wall time added to a
+// per-op total. `forge bench --breakdown` wraps the profile in it to show where a step's
+// time goes, without touching the model code.
+#pragma once
+
+#include <map>
+#include <memory>
+#include <string>
+
+#include "forge/numerics/numerics.h"
+
+namespace forge {
+
+class TimedNumerics final : public Numerics {
+ public:
+  explicit TimedNumerics(std::unique_ptr<Numerics> inner) : inner_(std::move(inner)) {}
+  std::string name() const override { return inner_->name(); }
+  void plan(const StepShape& s) override { inner_->plan(s); }
+  // op name -> seconds, accumulated since the last reset().
+  const std::map<std::string, double>& seconds() const { return seconds_; }
+  void reset() { seconds_.clear(); }
+
+  void embedding_forward(float* out, const int32_t* tokens, const float* wte, const float* wpe,
+                         int B, int T, int C) override;
+  void embedding_backward(float* dwte, float* dwpe, const float* dout, const int32_t* tokens,
+                          int B, int T, int C) override;
+  void layernorm_forward(float* out, float* mean, float* rstd, const float* inp,
+                         const float* weight, const float* bias, int N, int C, float eps) override;
+  void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* dout,
+                          const float* inp, const float* weight, const float* mean,
+                          const float* rstd, int N, int C) override;
+  void linear_forward(float* out, const float* inp, const float* weight, const float* bias,
+                      int N, int IC, int OC) override;
+  void linear_backward(float* dinp, float* dweight, float* dbias, const float* dout,
+                       const float* inp, const float* weight, int N, int IC, int OC) override;
+  size_t attention_saved_floats(int B, int T, int C, int NH) const override {
+    return inner_->attention_saved_floats(B, T, C, NH);
+  }
+  void attention_forward(float* out, float* saved, const float* qkv, int B, int T, int C,
+                         int NH) override;
+  void attention_backward(float* dqkv, const float* dout, const float* qkv, const float* out,
+                          const float* saved, int B, int T, int C, int NH) override;
+  void gelu_forward(float* out, const float* inp, size_t n) override;
+  void gelu_backward(float* dinp, const float* inp, const float* dout, size_t n) override;
+  void add(float* out, const float* a, const float* b, size_t n) override;
+  void add_inplace(float* acc, const float* x, size_t n) override;
+  size_t classifier_saved_floats(int N, int V, int Vp) const override {
+    return inner_->classifier_saved_floats(N, V, Vp);
+  }
+  float cross_entropy_forward(float* saved, const float* logits, const int32_t* targets, int N,
+                              int V, int Vp) override;
+  void cross_entropy_backward(float* dlogits, const float* logits, const float* saved,
+                              const int32_t* targets, int N, int V, int Vp, float dloss) override;
+  double optimizer_step(ParamRef* params, int count, const OptimizerStep& hp) override;
+
+ private:
+  template <typename F>
+  auto timed(const char* op, F&& f);
+  std::unique_ptr<Numerics> inner_;
+  std::map<std::string, double> seconds_;
+};
+
+}  // namespace forge

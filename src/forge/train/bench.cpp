@@ -1,0 +1,63 @@
+#include "forge/train/bench.h"
+
+#include <sys/resource.h>
+
+#include <chrono>
+
+#include "forge/core/rng.h"
+#include "forge/model/model.h"
+#include "forge/numerics/timed.h"
+
+namespace forge {
+
+size_t peak_rss_bytes() {
+  rusage u{};
+  getrusage(RUSAGE_SELF, &u);
+  return static_cast<size_t>(u.ru_maxrss) * 1024;
+}
+
+EngineTiming time_engine_steps(const Config& cfg, const std::string& profile, int warmup,
+                               int steps, bool breakdown) {
+  const int B = cfg.train.batch_size, T = cfg.train.seq_len;
+  std::unique_ptr<Numerics> nx = make_numerics(profile);
+  TimedNumerics* timer = nullptr;
+  if (breakdown) {
+    auto t = std::make_unique<TimedNumerics>(std::move(nx));
+    timer = t.get();
+    nx = std::move(t);
+  }
+  auto model = make_model(cfg.model, B, T, *nx);
+  model->init_weights(cfg.train.seed);
+  const ParamLayout& layout = model->layout();
+  FloatBuffer grads(layout.total_floats()), m(layout.total_floats()), v(layout.total_floats());
+  std::vector<ParamRef> refs;
+  for (const auto& p : layout.tensors())
+    refs.push_back({model->params() + p.offset, grads.data() + p.offset, m.data() + p.offset,
+                    v.data() + p.offset, p.numel, p.decay});
+  std::vector<int32_t> x(static_cast<size_t>(B) * T), y(x.size());
+  Rng rng(0);
+  EngineTiming out;
+  out.tokens_per_step = B * T;
+  out.flops_per_token = model->train_flops_per_token(T);
+  for (int s = 0; s < warmup + steps; ++s) {
+    for (size_t i = 0; i < x.size(); ++i) {
+      x[i] = static_cast<int32_t>(rng.next_u64() % cfg.model.vocab_size);
+      y[i] = static_cast<int32_t>(rng.next_u64() % cfg.model.vocab_size);
+    }
+    if (timer && s == warmup) timer->reset();
+    const auto t0 = std::chrono::steady_clock::now();
+    model->forward(x.data(), y.data(), B, T);
+    model->backward(1.0f, grads.data());
+    OptimizerStep hp{cfg.train.lr, cfg.train.beta1, cfg.train.beta2, cfg.train.eps,
+                     cfg.train.weight_decay, cfg.train.grad_clip, s + 1};
+    nx->optimizer_step(refs.data(), static_cast<int>(refs.size()), hp);
+    const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    if (s >= warmup) out.step_seconds.push_back(dt);
+  }
+  if (timer)
+    for (const auto& [op, secs] : timer->seconds()) out.op_seconds[op] = secs / steps;
+  out.peak_rss_bytes = peak_rss_bytes();
+  return out;
+}
+
+}  // namespace forge

@@ -1,0 +1,25 @@
+// The engine side of `forge bench`: the real training step (forward, backward, clipping,
+// AdamW) on random tokens, timed step by step after a warm-up.
+#pragma once
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include "forge/io/config.h"
+
+namespace forge {
+
+struct EngineTiming {
+  std::vector<double> step_seconds;
+  int tokens_per_step = 0;
+  double flops_per_token = 0;
+  size_t peak_rss_bytes = 0;
+  std::map<std::string, double> op_seconds;  // per step, when a breakdown was asked for
+};
+
+EngineTiming time_engine_steps(const Config& config, const std::string& profile, int warmup,
+                               int steps, bool breakdown);
+size_t peak_rss_bytes();  // of this process so far
+
+}  // namespace forge
