@@ -53,6 +53,7 @@ class Run:
             self._read_index()
         elif os.path.isfile(path):
             self.losses.update(read_log(path))
+            self.source = "log " + os.path.basename(path)
         else:
             raise RefError(f"{path}: no such dump directory or log file ({label})")
 
@@ -114,18 +115,30 @@ def read_log(path):
 
 
 def read_val(value, what):
+    """A number, a JSON file {"val_loss": v} (the reference's --val-out), or a JSONL log whose
+    last line with val_loss wins (the engine's metrics.jsonl)."""
     if value is None:
         return None
     try:
         return float(value)
     except ValueError:
         pass
+    found = None
     try:
         with open(value, "r", encoding="utf-8") as f:
-            j = json.load(f)
-        return float(j["val_loss"])
-    except (OSError, ValueError, KeyError, TypeError):
-        raise RefError(f"{what}: expected a number or a JSON file with 'val_loss', got '{value}'") from None
+            text = f.read()
+        try:
+            docs = [json.loads(text)]
+        except json.JSONDecodeError:
+            docs = [json.loads(l) for l in text.splitlines() if l.strip().startswith("{")]
+        for d in docs:
+            if isinstance(d, dict) and "val_loss" in d:
+                found = float(d["val_loss"])
+    except (OSError, ValueError, TypeError):
+        found = None
+    if found is None:
+        raise RefError(f"{what}: expected a number or a JSON/JSONL file with 'val_loss', got '{value}'")
+    return found
 
 
 # ---------------------------------------------------------------------------- ordering
@@ -202,6 +215,10 @@ def compare_tensor(name, a, b, bounds):
     a64, b64 = a.astype(np.float64), b.astype(np.float64)
     d = a64 - b64
     rec["max_abs"] = float(np.abs(d).max()) if d.size else 0.0
+    if differ.any():
+        w = int(np.argmax(np.abs(d).reshape(-1)))
+        rec["worst_diff"] = {"flat": w, "index": [int(v) for v in np.unravel_index(w, b.shape)] if b.ndim else [],
+                             "engine": float(a.reshape(-1)[w]), "ref": float(b.reshape(-1)[w])}
     rec["max_ulp"] = int(np.abs(_ordered(ab) - _ordered(bb)).max()) if d.size else 0
     nd, nb = float(np.sqrt((d * d).sum())), float(np.sqrt((b64 * b64).sum()))
     rec["rel_l2"] = 0.0 if nd == 0 else (nd / nb if nb > 0 else math.inf)
@@ -260,9 +277,10 @@ def compare_without_k_bias(name, a, b, bounds):
     keep = np.r_[0:C, 2 * C:3 * C]
     rec = compare_tensor(name, a[keep], b[keep], bounds)
     rec["shape"] = list(b.shape)
-    if rec["first_diff"]:
-        flat = int(keep[rec["first_diff"]["flat"]])
-        rec["first_diff"].update(flat=flat, index=[flat])
+    for key in ("first_diff", "worst_diff"):
+        if rec.get(key):
+            flat = int(keep[rec[key]["flat"]])
+            rec[key].update(flat=flat, index=[flat])
     kd = np.abs(a[C:2 * C].astype(np.float64) - b[C:2 * C].astype(np.float64))
     rec["note"] = (rec["note"] + "; " if rec["note"] else "") + \
         f"key slice [{C}, {2 * C}) exempt (max abs diff {kd.max():.3e})"
@@ -357,6 +375,10 @@ def describe(r):
         fd = r["first_diff"]
         s += (f", first differing element {fd['flat']} {tuple(fd['index'])}: "
               f"engine {fd['engine']!r} vs reference {fd['ref']!r}")
+    wd = r.get("worst_diff")
+    if wd and fd and wd["flat"] != fd["flat"]:
+        s += (f"; largest difference at {wd['flat']} {tuple(wd['index'])}: "
+              f"engine {wd['engine']!r} vs reference {wd['ref']!r}")
     if r.get("note"):
         s += f" ({r['note']})"
     return s

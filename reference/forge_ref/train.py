@@ -22,11 +22,16 @@ import torch  # noqa: E402
 
 from . import RefError  # noqa: E402
 from .config import load_config  # noqa: E402
-from .gpt2 import GPT, activation_names, hf_state_dict, load_hf_state_dict, new_capture, to_hf  # noqa: E402
+from . import gpt2, llama  # noqa: E402
+from .gpt2 import GPT  # noqa: E402
 from .safetensors_io import load_file, save_file  # noqa: E402
 from .shards import Loader, Shard  # noqa: E402
 
 SOURCE = f"torch-{torch.__version__}"
+
+# model.family -> (model class, its module: activation_names, hf_state_dict, load_hf_state_dict,
+# new_capture, to_hf).
+FAMILIES = {"gpt2": (GPT, gpt2), "llama": (llama.Llama, llama)}
 
 
 def lr_at(step, t):
@@ -133,19 +138,20 @@ def main(argv=None):
     torch.use_deterministic_algorithms(True)
     device = torch.device(args.device)
 
-    model = GPT(cfg.model)
+    model_class, fam = FAMILIES[cfg.model.family]
+    model = model_class(cfg.model)
     if args.init_out:
         if args.init:
             raise RefError("--init-out and --init are exclusive")
         model.init_weights(t.seed)
-        save_file(hf_state_dict(model), args.init_out,
+        save_file(fam.hf_state_dict(model), args.init_out,
                   metadata={"format": "forge-init", "source": SOURCE, "seed": str(t.seed)})
         print(json.dumps({"init_out": args.init_out, "seed": t.seed,
                           "params": sum(p.numel() for p in model.parameters())}), flush=True)
         return 0
     if args.init:
         tensors, _ = load_file(args.init)
-        load_hf_state_dict(model, tensors, args.init)
+        fam.load_hf_state_dict(model, tensors, args.init)
     else:
         model.init_weights(t.seed)
     torch.manual_seed(t.seed)  # nothing random runs after init; pinned anyway
@@ -174,12 +180,12 @@ def main(argv=None):
         loss_sum = 0.0
         for m in range(t.grad_accum_steps):
             x, y = loader.next()
-            cap = new_capture() if (want_acts and m == 0) else None
+            cap = fam.new_capture() if (want_acts and m == 0) else None
             _, loss = model(x.to(device), y.to(device), capture=cap)
             (loss / t.grad_accum_steps).backward()
             loss_sum += float(loss.item())
             if cap is not None:
-                for name in activation_names(cfg.model.n_layer):
+                for name in fam.activation_names(cfg.model.n_layer):
                     a = cap.acts[name]
                     acts["act." + name] = _f32(a)
                     acts["actgrad." + name] = _f32(a.grad)
@@ -188,7 +194,7 @@ def main(argv=None):
 
         grads = None
         if dumper is not None:
-            grads = to_hf({n: _f32(p.grad) for n, p in named})
+            grads = fam.to_hf({n: _f32(p.grad) for n, p in named})
         # max_norm=inf when clipping is off: the same norm arithmetic, and a multiply by 1.
         max_norm = t.grad_clip if t.grad_clip > 0 else float("inf")
         grad_norm = float(torch.nn.utils.clip_grad_norm_(params, max_norm))
@@ -199,7 +205,7 @@ def main(argv=None):
             out = {"loss": torch.tensor([step_loss], dtype=torch.float32),
                    "grad_norm": torch.tensor([grad_norm], dtype=torch.float32)}
             out.update({"grad." + n: g for n, g in grads.items()})
-            out.update({"param." + n: v for n, v in to_hf({n: _f32(p) for n, p in named}).items()})
+            out.update({"param." + n: v for n, v in fam.to_hf({n: _f32(p) for n, p in named}).items()})
             out.update(acts)
             dumper.write_step(step, out)
         if not math.isfinite(step_loss):
