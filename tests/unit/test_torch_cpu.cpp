@@ -6,6 +6,7 @@
 // torch's bit pattern. A missing torch makes the fixture step fail, and so the tests fail.
 #include <gtest/gtest.h>
 #include <omp.h>
+#include <unistd.h>
 
 #include <cmath>
 #include <cstdint>
@@ -47,13 +48,16 @@ struct Fixtures {
   std::string error;
 
   explicit Fixtures(int threads) {
-    dir = fs::temp_directory_path() /
-          ("forge_tcpu_fx_" + std::to_string(::getpid()) + "_t" + std::to_string(threads));
+    std::ostringstream name, os;
+    name << "forge_tcpu_fx_" << ::getpid() << "_t" << threads;
+    dir = fs::temp_directory_path() / name.str();
     fs::remove_all(dir);
-    const std::string cmd = "ATEN_CPU_CAPABILITY=avx2 OMP_NUM_THREADS=" +
-                            std::to_string(threads) + " /usr/bin/python3 '" + source_dir() +
-                            "/tests/tools/torch_cpu_fixtures.py' --out '" + dir.string() +
-                            "' --threads " + std::to_string(threads) + " 2>&1";
+    // OpenBLAS reads its thread count at load: pin it like OpenMP's (see set_blas_threads).
+    os << "ATEN_CPU_CAPABILITY=avx2 OMP_NUM_THREADS=" << threads
+       << " OPENBLAS_NUM_THREADS=" << threads << " /usr/bin/python3 '" << source_dir()
+       << "/tests/tools/torch_cpu_fixtures.py' --out '" << dir.string() << "' --threads "
+       << threads << " 2>&1";
+    const std::string cmd = os.str();
     const int rc = std::system(cmd.c_str());
     if (rc != 0) {
       error = "fixture script failed (is Debian's python3-torch 1.13.1 installed?): " + cmd;
@@ -97,6 +101,14 @@ int64_t ordered(float x) {
   return i < 0 ? -static_cast<int64_t>(i & 0x7fffffff) : static_cast<int64_t>(i);
 }
 
+// "s1_g3"-style fixture names (idx < 0: no trailing number).
+std::string key(const char* a, int x, const char* b, int idx) {
+  std::ostringstream os;
+  os << a << x << b;
+  if (idx >= 0) os << idx;
+  return os.str();
+}
+
 // Bit equality; on failure, the count of differing elements, the max ULP distance and the
 // first difference.
 ::testing::AssertionResult bits_equal(const std::vector<float>& got,
@@ -111,7 +123,8 @@ int64_t ordered(float x) {
     if (std::memcmp(&got[i], &want[i], 4) == 0) continue;
     if (first == got.size()) first = i;
     ++ndiff;
-    max_ulp = std::max(max_ulp, std::llabs(ordered(got[i]) - ordered(want[i])));
+    const int64_t d = ordered(got[i]) - ordered(want[i]);
+    max_ulp = std::max<int64_t>(max_ulp, d < 0 ? -d : d);
   }
   std::ostringstream os;
   os.precision(9);
@@ -120,7 +133,7 @@ int64_t ordered(float x) {
   return ::testing::AssertionFailure() << os.str();
 }
 
-class TorchCpu : public ::testing::TestWithParam<int> {
+class TorchCpuOps : public ::testing::TestWithParam<int> {
  protected:
   void SetUp() override {
     threads_ = GetParam();
@@ -129,8 +142,12 @@ class TorchCpu : public ::testing::TestWithParam<int> {
     ASSERT_EQ(fx_->index.at("torch").get<std::string>().rfind("1.13", 0), 0u);
     saved_threads_ = omp_get_max_threads();
     omp_set_num_threads(threads_);
+    forge::tcpu::set_blas_threads(threads_);
   }
-  void TearDown() override { omp_set_num_threads(saved_threads_); }
+  void TearDown() override {
+    omp_set_num_threads(saved_threads_);
+    forge::tcpu::set_blas_threads(saved_threads_);
+  }
 
   std::vector<json> cases(const std::string& op) const {
     std::vector<json> out;
@@ -147,7 +164,7 @@ class TorchCpu : public ::testing::TestWithParam<int> {
 #define EXPECT_BITS(got, want, what) \
   EXPECT_TRUE(bits_equal(got, want)) << c.at("name").get<std::string>() << " " << what
 
-TEST_P(TorchCpu, Linear) {
+TEST_P(TorchCpuOps, Linear) {
   for (const auto& c : cases("linear")) {
     const auto& p = c.at("params");
     const int64_t N = p.at("N"), IC = p.at("IC"), OC = p.at("OC");
@@ -162,11 +179,13 @@ TEST_P(TorchCpu, Linear) {
     EXPECT_BITS(out, fx_->f32(c, "out"), "out");
     EXPECT_BITS(dinp, fx_->f32(c, "dinp"), "dinp");
     EXPECT_BITS(dw, fx_->f32(c, "dw"), "dweight");
-    if (bias) EXPECT_BITS(db, fx_->f32(c, "dbias"), "dbias");
+    if (bias) {
+      EXPECT_BITS(db, fx_->f32(c, "dbias"), "dbias");
+    }
   }
 }
 
-TEST_P(TorchCpu, LayerNorm) {
+TEST_P(TorchCpuOps, LayerNorm) {
   for (const auto& c : cases("layernorm")) {
     const auto& p = c.at("params");
     const int64_t N = p.at("N"), C = p.at("C");
@@ -188,7 +207,7 @@ TEST_P(TorchCpu, LayerNorm) {
   }
 }
 
-TEST_P(TorchCpu, Gelu) {
+TEST_P(TorchCpuOps, Gelu) {
   for (const auto& c : cases("gelu")) {
     const size_t n = c.at("params").at("n");
     auto x = fx_->f32(c, "x"), dout = fx_->f32(c, "dout");
@@ -200,7 +219,7 @@ TEST_P(TorchCpu, Gelu) {
   }
 }
 
-TEST_P(TorchCpu, Attention) {
+TEST_P(TorchCpuOps, Attention) {
   for (const auto& c : cases("attention")) {
     const auto& p = c.at("params");
     const int64_t B = p.at("B"), T = p.at("T"), C = p.at("C"), NH = p.at("NH");
@@ -217,7 +236,7 @@ TEST_P(TorchCpu, Attention) {
   }
 }
 
-TEST_P(TorchCpu, CrossEntropy) {
+TEST_P(TorchCpuOps, CrossEntropy) {
   for (const auto& c : cases("xent")) {
     const auto& p = c.at("params");
     const int64_t N = p.at("N"), V = p.at("V"), Vp = p.at("Vp");
@@ -234,7 +253,7 @@ TEST_P(TorchCpu, CrossEntropy) {
   }
 }
 
-TEST_P(TorchCpu, Embedding) {
+TEST_P(TorchCpuOps, Embedding) {
   for (const auto& c : cases("embedding")) {
     const auto& p = c.at("params");
     const int64_t B = p.at("B"), T = p.at("T"), V = p.at("V"), C = p.at("C");
@@ -251,7 +270,7 @@ TEST_P(TorchCpu, Embedding) {
   }
 }
 
-TEST_P(TorchCpu, Add) {
+TEST_P(TorchCpuOps, Add) {
   for (const auto& c : cases("add")) {
     auto a = fx_->f32(c, "a"), b = fx_->f32(c, "b");
     std::vector<float> out(a.size());
@@ -262,7 +281,7 @@ TEST_P(TorchCpu, Add) {
 
 // clip_grad_norm_ + AdamW over three steps with a changing lr, through the profile's
 // optimizer_step (two parameter groups: decay on >= 2-D tensors only).
-TEST_P(TorchCpu, Optimizer) {
+TEST_P(TorchCpuOps, Optimizer) {
   auto numerics = forge::make_torch_cpu_numerics();
   for (const auto& c : cases("optimizer")) {
     const auto& p = c.at("params");
@@ -271,7 +290,7 @@ TEST_P(TorchCpu, Optimizer) {
     std::vector<std::vector<float>> param(count), grad(count), m(count), v(count);
     std::vector<forge::ParamRef> refs(count);
     for (int i = 0; i < count; ++i) {
-      param[i] = fx_->f32(c, "p" + std::to_string(i) + "_init");
+      param[i] = fx_->f32(c, key("p", i, "_init", -1));
       const size_t n = param[i].size();
       grad[i].assign(n, 0.f);
       m[i].assign(n, 0.f);
@@ -280,28 +299,33 @@ TEST_P(TorchCpu, Optimizer) {
                  p.at("decay")[i].get<bool>()};
     }
     for (int s = 0; s < steps; ++s) {
-      for (int i = 0; i < count; ++i)
-        grad[i] = fx_->f32(c, "s" + std::to_string(s) + "_g" + std::to_string(i)),
+      for (int i = 0; i < count; ++i) {
+        grad[i] = fx_->f32(c, key("s", s, "_g", i));
         refs[i].grad = grad[i].data();
+      }
       forge::OptimizerStep hp{p.at("lrs")[s].get<double>(), p.at("beta1"), p.at("beta2"),
                               p.at("eps"), p.at("wd"), p.at("max_norm"), s + 1};
       const double norm = numerics->optimizer_step(refs.data(), count, hp);
-      const std::string step = " step " + std::to_string(s + 1);
-      if (hp.max_grad_norm > 0)
+      if (hp.max_grad_norm > 0) {
         EXPECT_BITS(std::vector<float>{static_cast<float>(norm)},
-                    std::vector<float>{p.at("norms_f32")[s].get<float>()}, "grad norm" + step);
+                    std::vector<float>{p.at("norms_f32")[s].get<float>()},
+                    key("grad norm, step ", s + 1, "", -1));
+      }
       for (int i = 0; i < count; ++i) {
-        const std::string id = std::to_string(i), pre = "s" + std::to_string(s) + "_";
-        EXPECT_BITS(grad[i], fx_->f32(c, pre + "gc" + id), "clipped grad " + id + step);
-        EXPECT_BITS(m[i], fx_->f32(c, pre + "m" + id), "exp_avg " + id + step);
-        EXPECT_BITS(v[i], fx_->f32(c, pre + "v" + id), "exp_avg_sq " + id + step);
-        EXPECT_BITS(param[i], fx_->f32(c, pre + "p" + id), "param " + id + step);
+        EXPECT_BITS(grad[i], fx_->f32(c, key("s", s, "_gc", i)), key("clipped grad, step ", s + 1, " tensor ", i));
+        EXPECT_BITS(m[i], fx_->f32(c, key("s", s, "_m", i)), key("exp_avg, step ", s + 1, " tensor ", i));
+        EXPECT_BITS(v[i], fx_->f32(c, key("s", s, "_v", i)), key("exp_avg_sq, step ", s + 1, " tensor ", i));
+        EXPECT_BITS(param[i], fx_->f32(c, key("s", s, "_p", i)), key("param, step ", s + 1, " tensor ", i));
       }
     }
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Threads, TorchCpu, ::testing::Values(1, 2),
-                         [](const auto& info) { return "t" + std::to_string(info.param); });
+INSTANTIATE_TEST_SUITE_P(TorchCpu, TorchCpuOps, ::testing::Values(1, 2),
+                         [](const auto& info) {
+                           std::ostringstream os;  // "t" + to_string trips GCC 12's -Wrestrict
+                           os << 't' << info.param;
+                           return os.str();
+                         });
 
 }  // namespace

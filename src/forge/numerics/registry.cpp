@@ -9,9 +9,9 @@ std::vector<std::string> numerics_profiles() { return {"fast", "torch-cpu", "bf1
 
 std::unique_ptr<Numerics> make_numerics(const std::string& profile) {
   if (profile == "fast") return make_fast_numerics();
-  // Wire make_torch_cpu_numerics() / make_bf16_numerics() here once their files land.
-  if (profile == "torch-cpu" || profile == "bf16")
-    fail("numerics profile '{}' is not built yet", profile);
+  if (profile == "torch-cpu") return make_torch_cpu_numerics();
+  // Wire make_bf16_numerics() here once its file lands.
+  if (profile == "bf16") fail("numerics profile '{}' is not built yet", profile);
   fail("numerics profile '{}' is unknown: expected one of fast, torch-cpu, bf16", profile);
 }
 

@@ -8,6 +8,8 @@
 //  - the model calls the ops in autograd's order and does autograd's sums with add() /
 //    add_inplace(): every sum autograd performs in this model has two terms, which IEEE
 //    addition gives the same bits in either order.
+// No automatic contraction: every FMA in this file is written out (see torch_cpu_vec.h).
+#pragma GCC optimize("fp-contract=off")
 #include <omp.h>
 
 #include <algorithm>
@@ -34,6 +36,7 @@ class TorchCpuNumerics final : public Numerics {
 
   void plan(const StepShape& s) override {
     const int threads = std::max(omp_get_max_threads(), omp_get_num_procs());
+    tcpu::set_blas_threads(omp_get_max_threads());
     attn_scratch_.assign(tcpu::attention_scratch_floats(s.B, s.T, s.C, std::max(1, s.NH)), 0.f);
     ln_scratch_.assign(static_cast<size_t>(tcpu::layernorm_backward_scratch(s.C, threads)), 0.f);
     const int64_t vrows = std::max(s.V, s.Vp);

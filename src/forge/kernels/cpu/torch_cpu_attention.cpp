@@ -7,6 +7,8 @@
 //  - masked_fill(-inf), then cpu/SoftMaxKernel.cpp _vec_softmax_lastdim;
 //  - backward: BmmBackward0 (grad.bmm(mat2^T), mat1^T.bmm(grad)),
 //    _vec_host_softmax_backward_lastdim, masked_fill's zeros, the scale multiply.
+// No automatic contraction: every FMA in this file is written out (see torch_cpu_vec.h).
+#pragma GCC optimize("fp-contract=off")
 #include "forge/kernels/cpu/torch_cpu_attention.h"
 
 #include <cmath>
@@ -73,7 +75,6 @@ void softmax_backward_lastdim(float* gin, const float* grad, const float* out, i
     for (int64_t i = begin; i < end; ++i) {
       const float* g = grad + i * dim;
       const float* o = out + i * dim;
-      // sum(grad * output): the product fused into the running sum
       const float sum = map2_reduce_all([](V a, V b) { return vmul(a, b); },
                                         [](V acc, V a, V b) { return vfma(a, b, acc); },
                                         AddOp{}, g, o, dim);

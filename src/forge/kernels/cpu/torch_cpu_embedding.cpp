@@ -6,6 +6,8 @@
 //    add, so either order gives the same bits). The position embedding's gradient is the
 //    broadcast's sum_to over the batch (SumKernel.cpp), passed through an embedding backward
 //    over arange(T), which adds it to zeros.
+// No automatic contraction: every FMA in this file is written out (see torch_cpu_vec.h).
+#pragma GCC optimize("fp-contract=off")
 #include "forge/kernels/cpu/torch_cpu_embedding.h"
 
 #include "forge/kernels/cpu/torch_cpu_reduce.h"

@@ -3,6 +3,8 @@
 // vector lambda (Sleef_tanhf8_u10) on pairs of vectors from each chunk's start, the scalar
 // lambda (glibc tanhf) on the rest of the chunk. Chunks come from the grain GeluKernelImpl
 // picks (numel / threads above 16384 elements); the backward keeps the default grain.
+// No automatic contraction: every FMA in this file is written out (see torch_cpu_vec.h).
+#pragma GCC optimize("fp-contract=off")
 #include "forge/kernels/cpu/torch_cpu_gelu.h"
 
 #include <cmath>
@@ -56,7 +58,7 @@ void gelu_backward(float* dinp, const float* x, const float* dout, size_t n_) {
         const V tanh_d = vfnma(th, th, one);
         const V inner_d = vmul(beta, vfma(three_kappa, x_sq, one));
         const V right_d = vmul(vmul(left, tanh_d), inner_d);
-        // left_derivative (0.5 * right) is fused into the final sum
+        // left_derivative (0.5 * right) is the product fused into the final sum
         vstore(dinp + i, vmul(dy, vfma(half, right, right_d)));
       },
       [&](int64_t i) {

@@ -1,8 +1,11 @@
 // torch-cpu LayerNorm, ported from PyTorch 1.13.1:
 // aten/src/ATen/native/cpu/layer_norm_kernel.cpp (LayerNormKernelImplInternal,
 // LayerNormBackwardKernelImplInternal) and cpu/moments_utils.h (RowwiseMoments,
-// AddMoments, AddMomentsVec). FMAs stand where torch's GCC build contracts a product into
-// its single add (see torch_cpu_vec.h).
+// AddMoments, AddMomentsVec). Measured against torch: the products in the map lambdas, the
+// ds/db reductions and the scalar coefficients round once into their add (FMA); the
+// Welford moments round every product.
+// No automatic contraction: every FMA in this file is written out (see torch_cpu_vec.h).
+#pragma GCC optimize("fp-contract=off")
 #include "forge/kernels/cpu/torch_cpu_layernorm.h"
 
 #include <cmath>
@@ -29,8 +32,8 @@ inline void add_moments_vec(int64_t m0_add, V m1_add, V m2_add, int64_t& m0, V& 
   const float c = n == 0 ? 0.0f : static_cast<float>(m0_add) / static_cast<float>(n);
   const V cv = vset1(c);
   const V delta = vsub(m1_add, m1);
-  m1 = vfma(cv, delta, m1);
-  m2 = vadd(m2, vfma(vmul(vmul(delta, delta), cv), vset1(static_cast<float>(m0)), m2_add));
+  m1 = vadd(m1, vmul(cv, delta));
+  m2 = vadd(m2, vadd(m2_add, vmul(vmul(vmul(delta, delta), cv), vset1(static_cast<float>(m0)))));
   m0 = n;
 }
 inline void add_moments(int64_t m0_add, float m1_add, float m2_add, int64_t& m0, float& m1,
@@ -38,8 +41,8 @@ inline void add_moments(int64_t m0_add, float m1_add, float m2_add, int64_t& m0,
   const int64_t n = m0 + m0_add;
   const float c = n == 0 ? 0.0f : static_cast<float>(m0_add) / static_cast<float>(n);
   const float delta = m1_add - m1;
-  m1 = std::fma(c, delta, m1);
-  m2 = m2 + std::fma((delta * delta) * c, static_cast<float>(m0), m2_add);
+  m1 += c * delta;
+  m2 += m2_add + delta * delta * c * static_cast<float>(m0);
   m0 = n;
 }
 
@@ -61,8 +64,8 @@ std::pair<float, float> rowwise_moments(const float* X, int64_t N) {
     for (int64_t j = 0; j < m0; ++j) {
       const V x = vload(X_ptr + j * kVec);
       const V delta = vsub(x, m1v);
-      m1v = vfma(delta, vset1(1.0f / static_cast<float>(j + 1)), m1v);
-      m2v = vfma(delta, vsub(x, m1v), m2v);
+      m1v = vadd(m1v, vmul(delta, vset1(1.0f / static_cast<float>(j + 1))));
+      m2v = vadd(m2v, vmul(delta, vsub(x, m1v)));
     }
     add_moments_vec(m0, m1v, m2v, m0_stk[0], m1_stk[0], m2_stk[0]);
     int64_t mask = i + 1;
@@ -88,7 +91,7 @@ std::pair<float, float> rowwise_moments(const float* X, int64_t N) {
     const float delta = X[i] - m1;
     ++m0;
     m1 += delta / static_cast<float>(m0);
-    m2 = std::fma(delta, X[i] - m1, m2);
+    m2 += delta * (X[i] - m1);
   }
   for (int64_t i = 0; i < kVec; ++i) add_moments(n, m1_arr[i], m2_arr[i], m0, m1, m2);
   return {m1, m2 / static_cast<float>(N)};
@@ -152,7 +155,7 @@ void layernorm_backward(float* dinp, float* dw, float* db, const float* dout, co
         const float ccoef = std::fma(-bcoef, mean[i], -(dbs * a * scale));
         const V av = vset1(a), bv = vset1(bcoef), cv = vset1(ccoef);
         // a * dy * gamma + b * x + c
-        map3([&](V dy, V g, V xv) { return vadd(vfma(vmul(av, dy), g, vmul(bv, xv)), cv); },
+        map3([&](V dy, V g, V xv) { return vadd(vfma(bv, xv, vmul(vmul(av, dy), g)), cv); },
              dinp + i * C, dY, w, X, C);
       }
     }

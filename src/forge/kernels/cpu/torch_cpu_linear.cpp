@@ -4,8 +4,12 @@
 // derived, not hard-coded, by a port of the stride logic of
 // aten/src/ATen/native/LinearAlgebra.cpp addmm_impl_cpu_ and CPUBlas.cpp gemm /
 // normalize_last_dims, fed with the strides torch's tensors have at each call site.
+// No automatic contraction: every FMA in this file is written out (see torch_cpu_vec.h).
+#pragma GCC optimize("fp-contract=off")
 #include "forge/kernels/cpu/torch_cpu_linear.h"
 #include "forge/kernels/cpu/torch_cpu_reduce.h"
+
+#include <dlfcn.h>
 
 #include <algorithm>
 #include <cstring>
@@ -131,6 +135,12 @@ void bmm_dispatch(float* c, const float* a, const float* b, int64_t batch, int64
 }
 
 }  // namespace
+
+void set_blas_threads(int n) {
+  using SetThreads = void (*)(int);
+  if (auto f = reinterpret_cast<SetThreads>(dlsym(RTLD_DEFAULT, "openblas_set_num_threads")))
+    f(n);
+}
 
 void linear_forward(float* out, const float* x, const float* w, const float* bias, int64_t N,
                     int64_t IC, int64_t OC) {

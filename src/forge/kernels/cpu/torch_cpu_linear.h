@@ -7,6 +7,12 @@
 
 namespace forge::tcpu {
 
+// OpenBLAS splits a GEMM's M and N among its threads, and its results depend on that split:
+// the engine's OpenBLAS must run as many threads as the reference's (which reads
+// OPENBLAS_NUM_THREADS, else OMP_NUM_THREADS, at load; torch.set_num_threads leaves it
+// alone). Calls openblas_set_num_threads when the system BLAS is OpenBLAS.
+void set_blas_threads(int n);
+
 // F.linear(x, W, b) with x [N, IC] contiguous: at::addmm(b, x, W.t()) (bias != null) or
 // x.mm(W.t()) through matmul's fold (bias == null). out [N, OC].
 void linear_forward(float* out, const float* x, const float* w, const float* bias, int64_t N,

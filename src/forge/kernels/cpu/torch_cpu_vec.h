@@ -5,10 +5,11 @@
 // plus TensorIterator's elementwise chunking (cpu/Loops.h vectorized_loop), because where a
 // chunk starts decides which elements take the scalar tail.
 //
-// Everything here is written with explicit intrinsics and explicit FMAs. The profile is built
-// with GCC's ISO-mode default -ffp-contract=off, so the compiler never fuses on its own: an FMA
-// appears exactly where torch's GCC 12 build (GNU mode, -ffp-contract=fast, -mavx2 -mfma) fused
-// a multiply into its single add, which the per-op tests confirm against torch's bits.
+// Everything here is written with explicit intrinsics, and every torch_cpu_*.cpp is compiled
+// with `#pragma GCC optimize("fp-contract=off")` (g++ contracts by default in C++, even with
+// -std=c++20): an FMA appears exactly where ATen's kernel rounds once, which the per-op tests
+// decide against torch's bits (measured: ATen's explicit vec::fmadd is an FMA; products
+// written as `a * b + c` in its AVX2 kernels round twice).
 #pragma once
 
 #if !defined(__AVX2__) || !defined(__FMA__)

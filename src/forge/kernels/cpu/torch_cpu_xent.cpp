@@ -5,6 +5,8 @@
 //    divided by the float count of rows);
 //  - backward: nll_loss_backward_out_frame writes -(dloss / N) at each target, then
 //    _vec_host_softmax_backward_lastdim<log_softmax>: grad - exp(out) * sum(grad).
+// No automatic contraction: every FMA in this file is written out (see torch_cpu_vec.h).
+#pragma GCC optimize("fp-contract=off")
 #include "forge/kernels/cpu/torch_cpu_xent.h"
 
 #include <cstring>
@@ -53,15 +55,15 @@ void log_softmax_lastdim(float* out, const float* in, int64_t in_stride, int64_t
 }  // namespace
 
 float cross_entropy_forward(float* logp, const float* logits, const int32_t* targets,
-                            int64_t N, int64_t V, int64_t Vp) {
-  log_softmax_lastdim(logp, logits, Vp, N, V);
+                            int64_t N, int64_t nv, int64_t nvp) {
+  log_softmax_lastdim(logp, logits, nvp, N, nv);
   constexpr int kLevels = 8;
   const int64_t level_power = std::max<int64_t>(4, ceil_log2(N) / kLevels);
   const int64_t level_step = int64_t{1} << level_power;
   const int64_t level_mask = level_step - 1;
   float partial[kLevels] = {0, 0, 0, 0, 0, 0, 0, 0};
   for (int64_t b = 0; b < N; ++b) {
-    partial[0] -= logp[b * V + targets[b]];
+    partial[0] -= logp[b * nv + targets[b]];
     for (int64_t j = 0; j + 1 < kLevels; ++j) {
       const int64_t mask = level_mask << (j * level_power);
       if ((b & mask) != 0) break;
@@ -75,9 +77,9 @@ float cross_entropy_forward(float* logp, const float* logits, const int32_t* tar
 }
 
 void cross_entropy_backward(float* dlogits, const float* logp, const int32_t* targets,
-                            int64_t N, int64_t V, int64_t Vp, float dloss) {
+                            int64_t N, int64_t nv, int64_t nvp, float dloss) {
   const float g = -(dloss / static_cast<float>(N));
-  int64_t grain = kGrainSize / (16 * V);
+  int64_t grain = kGrainSize / (16 * nv);
   if (grain < 1) grain = 1;
   parallel_for(0, N, grain, [&](int64_t begin, int64_t end, int) {
     for (int64_t i = begin; i < end; ++i) {
@@ -85,9 +87,9 @@ void cross_entropy_backward(float* dlogits, const float* logp, const int32_t* ta
       const float sum = g;
       const V sv = vset1(sum);
       const int64_t t = targets[i];
-      float* drow = dlogits + i * Vp;
-      const float* orow = logp + i * V;
-      // x - exp(y) * sum, with the product fused into the subtraction
+      float* drow = dlogits + i * nvp;
+      const float* orow = logp + i * nv;
+      // x - exp(y) * sum, the product fused into the subtraction
       int64_t d = 0;
       auto body = [&](int64_t at, int64_t count) {
         alignas(32) float gx[kVec] = {0, 0, 0, 0, 0, 0, 0, 0};
@@ -99,9 +101,9 @@ void cross_entropy_backward(float* dlogits, const float* logp, const int32_t* ta
         else
           vstore(drow + at, r, count);
       };
-      for (; d < V - (V % kVec); d += kVec) body(d, kVec);
-      if (V - d > 0) body(d, V - d);
-      for (int64_t c = V; c < Vp; ++c) drow[c] = 0.0f;
+      for (; d < nv - (nv % kVec); d += kVec) body(d, kVec);
+      if (nv - d > 0) body(d, nv - d);
+      for (int64_t c = nv; c < nvp; ++c) drow[c] = 0.0f;
     }
   });
 }
