@@ -11,11 +11,14 @@ UTF-8 is encoded as text (tiktoken.encode_ordinary / GPT2TokenizerFast), every m
 invalid bytes is BPE'd as one piece (tiktoken: _encode_single_piece; HF: its BPE model on the
 byte-to-unicode spelling of the run).
 
-With --allow-special, "<|endoftext|>" in the bytes becomes token 50256 (tiktoken:
-allowed_special="all"; HF: the added special token); otherwise it is ordinary text.
+pieces:FILE writes OUT_DIR/<i>.hfpieces.u32 instead: the byte end offsets of the pieces HF's
+pre-tokenizer cuts the (UTF-8) file into, to compare Unicode classes directly.
 
-Usage: bpe_reference.py [--vocab-dir DIR] [--allow-special] --out-dir OUT FILE...
-       bpe_reference.py [--vocab-dir DIR] --train-check DIR_WITH_LEARNED_FILES ...  (see --help)
+For a file named as special:FILE, "<|endoftext|>" in its bytes becomes the special token
+(tiktoken: allowed_special; HF: its added special token); elsewhere it is ordinary text.
+
+Usage: bpe_reference.py [--vocab-dir DIR] --out-dir OUT [special:|pieces:]FILE...
+       bpe_reference.py --write-code-point-sweep FILE
 """
 import argparse
 import json
@@ -99,37 +102,33 @@ class Reference:
         self.tt = load_tiktoken(vocab_dir)
         self.hf = load_hf(vocab_dir)
         self.b2u = byte_to_unicode()
-        self.hf_vocab = self.hf.get_vocab()
 
-    def _ordinary_tiktoken(self, data):
-        out = []
-        for valid, run in utf8_runs(data):
-            out += self.tt.encode_ordinary(run.decode("utf-8")) if valid else self.tt._encode_single_piece(run)
-        return out
-
-    def _ordinary_hf(self, data):
-        out = []
-        for valid, run in utf8_runs(data):
-            if valid:
-                # split_special_tokens: "<|endoftext|>" is plain text here.
-                out += self.hf.encode(run.decode("utf-8"), add_special_tokens=False,
-                                      split_special_tokens=True)
-            else:
-                mapped = "".join(self.b2u[b] for b in run)
-                out += [t.id for t in self.hf.backend_tokenizer.model.tokenize(mapped)]
-        return out
+    def hf_piece_ends(self, text):
+        """Byte end offset of each piece of HF's ByteLevel pre-tokenizer (GPT-2's pattern)."""
+        ends, pos = [], 0
+        for piece, _ in self.hf.backend_tokenizer.pre_tokenizer.pre_tokenize_str(text):
+            pos += len(piece)  # byte-to-unicode spelling: one character per byte
+            ends.append(pos)
+        return ends
 
     def encode(self, data, allow_special, which):
-        ordinary = self._ordinary_tiktoken if which == "tiktoken" else self._ordinary_hf
-        if not allow_special:
-            return ordinary(data)
-        eot_id = self.tt.eot_token
-        parts = data.split(EOT.encode())
         out = []
-        for i, part in enumerate(parts):
-            if i:
-                out.append(eot_id)
-            out += ordinary(part)
+        for valid, run in utf8_runs(data):
+            if which == "tiktoken":
+                if not valid:
+                    out += self.tt._encode_single_piece(run)
+                elif allow_special:
+                    out += self.tt.encode(run.decode("utf-8"), allowed_special="all")
+                else:
+                    out += self.tt.encode_ordinary(run.decode("utf-8"))
+            else:
+                if not valid:
+                    mapped = "".join(self.b2u[b] for b in run)
+                    out += [t.id for t in self.hf.backend_tokenizer.model.tokenize(mapped)]
+                else:
+                    # split_special_tokens=True: "<|endoftext|>" is plain text.
+                    out += self.hf.encode(run.decode("utf-8"), add_special_tokens=False,
+                                          split_special_tokens=not allow_special)
         return out
 
 
@@ -138,21 +137,53 @@ def write_u32(path, ids):
         f.write(struct.pack("<%dI" % len(ids), *ids))
 
 
+def write_code_point_sweep(path):
+    """For every code point of planes 0-3 and 14 that this Python's unicodedata knows
+    (Unicode 14 for Python 3.11, the version of Debian's PCRE2 10.42 tables): "a" c "1" c "!" c.
+    A letter joins the "a" piece, a number the "1" piece, any other character the "!" piece and
+    a space none, so the pieces show each character's class."""
+    import unicodedata
+    out = []
+    for cp in list(range(0x40000)) + list(range(0xE0000, 0xF0000)):
+        c = chr(cp)
+        if 0xD800 <= cp <= 0xDFFF or unicodedata.category(c) == "Cn":
+            continue
+        out.append("a" + c + "1" + c + "!" + c)
+    with open(path, "wb") as f:
+        f.write("".join(out).encode("utf-8"))
+    print("unicodedata", unicodedata.unidata_version, file=sys.stderr)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--vocab-dir", default=None, help="folder with encoder.json and vocab.bpe")
-    ap.add_argument("--allow-special", action="store_true")
-    ap.add_argument("--out-dir", required=True)
-    ap.add_argument("files", nargs="+")
+    ap.add_argument("--write-code-point-sweep", metavar="FILE",
+                    help="only write the code-point sweep test input to FILE and exit")
+    ap.add_argument("--out-dir")
+    ap.add_argument("files", nargs="*",
+                    help="files to encode; a 'special:' prefix encodes that file with "
+                         "<|endoftext|> allowed as the special token")
     args = ap.parse_args()
+    if args.write_code_point_sweep:
+        write_code_point_sweep(args.write_code_point_sweep)
+        return 0
+    if not args.out_dir or not args.files:
+        ap.error("--out-dir and at least one FILE are required")
     ref = Reference(args.vocab_dir or default_vocab_dir())
     os.makedirs(args.out_dir, exist_ok=True)
-    for i, path in enumerate(args.files):
+    for i, spec in enumerate(args.files):
+        if spec.startswith("pieces:"):
+            with open(spec[len("pieces:"):], "rb") as f:
+                text = f.read().decode("utf-8")
+            write_u32(os.path.join(args.out_dir, "%d.hfpieces.u32" % i), ref.hf_piece_ends(text))
+            continue
+        allow_special = spec.startswith("special:")
+        path = spec[len("special:"):] if allow_special else spec
         with open(path, "rb") as f:
             data = f.read()
         for which in ("tiktoken", "hf"):
             write_u32(os.path.join(args.out_dir, "%d.%s.u32" % (i, which)),
-                      ref.encode(data, args.allow_special, which))
+                      ref.encode(data, allow_special, which))
     return 0
 
 

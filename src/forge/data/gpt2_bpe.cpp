@@ -21,11 +21,15 @@ namespace forge {
 
 namespace {
 
-// GPT-2's pattern. \s is spelled [\s\x{85}] because PCRE2's \s (even with UCP) leaves out
-// U+0085 NEXT LINE, which the Unicode White_Space property, and so tiktoken's Rust regex and
-// HF's Oniguruma, count as a space.
+// GPT-2's pattern
+//   's|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+
+// with \s spelled \p{White_Space}: that Unicode property is what tiktoken's Rust regex and
+// HF's Oniguruma mean by \s, while PCRE2's \s (with UCP) also takes U+180E MONGOLIAN VOWEL
+// SEPARATOR, a space before Unicode 6.3. The code-point sweep in tests/unit/test_bpe.cpp
+// checks every character's class against HF's pre-tokenizer.
 constexpr const char* kPattern =
-    R"('s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\x{85}\p{L}\p{N}]+|[\s\x{85}]+(?![^\s\x{85}])|[\s\x{85}]+)";
+    R"('s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\p{White_Space}\p{L}\p{N}]+)"
+    R"(|\p{White_Space}+(?!\P{White_Space})|\p{White_Space}+)";
 
 std::vector<uint32_t> make_byte_to_unicode() {
   std::vector<uint32_t> map(256, 0);
@@ -122,9 +126,9 @@ std::string gpt2_bytes_to_token_string(std::string_view bytes) {
 std::string find_gpt2_vocab_dir(const std::string& start_dir) {
   namespace fs = std::filesystem;
   if (const char* env = std::getenv("FORGE_GPT2_VOCAB_DIR"); env && *env) return env;
-  std::error_code ec;
-  fs::path start = start_dir.empty() ? fs::current_path(ec) : fs::absolute(start_dir, ec);
-  for (fs::path dir = start; !ec && !dir.empty(); dir = dir.parent_path()) {
+  std::error_code ec;  // probes below: a missing path is a "no", never an error
+  const fs::path start = start_dir.empty() ? fs::current_path(ec) : fs::absolute(start_dir, ec);
+  for (fs::path dir = start; !dir.empty(); dir = dir.parent_path()) {
     const fs::path lib = dir / ".venv" / "lib";
     if (fs::is_directory(lib, ec)) {
       for (const auto& entry : fs::directory_iterator(lib, ec)) {
@@ -144,7 +148,7 @@ std::string find_gpt2_vocab_dir(const std::string& start_dir) {
 // ---------------------------------------------------------------------------------------
 // Regex and per-thread encoding state.
 
-struct Gpt2Bpe::Impl {
+struct Gpt2Pretokenizer::Impl {
   pcre2_code* code = nullptr;
   bool jit = false;
   uint64_t serial = 0;
@@ -195,6 +199,24 @@ EncodeState& thread_state(const pcre2_code* code, uint64_t serial) {
 }
 
 }  // namespace
+
+Gpt2Pretokenizer::Gpt2Pretokenizer() : impl_(std::make_unique<Impl>()) {
+  int err = 0;
+  PCRE2_SIZE err_off = 0;
+  impl_->code = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(kPattern), PCRE2_ZERO_TERMINATED,
+                              PCRE2_UTF | PCRE2_UCP, &err, &err_off, nullptr);
+  if (!impl_->code) {
+    PCRE2_UCHAR msg[256];
+    pcre2_get_error_message(err, msg, sizeof msg);
+    fail("gpt2 tokenizer: PCRE2 rejected the pre-tokenisation pattern at {}: {}", err_off,
+         reinterpret_cast<const char*>(msg));
+  }
+  // No JIT (a build without it, or a system that forbids executable memory) is slower, not wrong.
+  impl_->jit = pcre2_jit_compile(impl_->code, PCRE2_JIT_COMPLETE) == 0;
+  impl_->serial = g_next_serial.fetch_add(1);
+}
+
+Gpt2Pretokenizer::~Gpt2Pretokenizer() = default;
 
 // ---------------------------------------------------------------------------------------
 // Loading.
@@ -304,20 +326,6 @@ void Gpt2Bpe::load(const std::string& encoder_json_path, const std::string& voca
   }
   num_merges_ = rank;
 
-  impl_ = std::make_unique<Impl>();
-  int err = 0;
-  PCRE2_SIZE err_off = 0;
-  impl_->code = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(kPattern), PCRE2_ZERO_TERMINATED,
-                              PCRE2_UTF | PCRE2_UCP, &err, &err_off, nullptr);
-  if (!impl_->code) {
-    PCRE2_UCHAR msg[256];
-    pcre2_get_error_message(err, msg, sizeof msg);
-    fail("gpt2 tokenizer: PCRE2 rejected the pre-tokenisation pattern at {}: {}", err_off,
-         reinterpret_cast<const char*>(msg));
-  }
-  // No JIT (a build without it, or a system that forbids executable memory) is slower, not wrong.
-  impl_->jit = pcre2_jit_compile(impl_->code, PCRE2_JIT_COMPLETE) == 0;
-  impl_->serial = g_next_serial.fetch_add(1);
 }
 
 const std::string& Gpt2Bpe::token_bytes(uint32_t id) const {
@@ -332,7 +340,7 @@ const std::string& Gpt2Bpe::token_bytes(uint32_t id) const {
 namespace {
 
 struct Encoder {
-  const Gpt2Bpe::Impl& impl;
+  const Gpt2Pretokenizer::Impl& impl;
   const uint32_t* byte_id;
   const std::unordered_map<uint64_t, uint64_t>& merges;
   EncodeState& st;
@@ -399,8 +407,9 @@ struct Encoder {
     st.cache.emplace(std::string(piece), std::make_pair(off, static_cast<uint32_t>(out.size() - before)));
   }
 
-  // A run of valid UTF-8, cut by the pattern.
-  void valid_run(std::string_view s, std::vector<uint32_t>& out) {
+  // A run of valid UTF-8, cut by the pattern; piece(view) for each piece in order.
+  template <class F>
+  void valid_run(std::string_view s, F&& piece) {
     const auto* subject = reinterpret_cast<PCRE2_SPTR>(s.data());
     size_t off = 0;
     while (off < s.size()) {
@@ -408,7 +417,7 @@ struct Encoder {
                               : pcre2_match(impl.code, subject, s.size(), off, PCRE2_NO_UTF_CHECK,
                                             st.md, st.mctx);
       if (rc == PCRE2_ERROR_NOMATCH) {
-        bpe(s.substr(off), out);  // cannot happen with GPT-2's pattern (it covers every character)
+        piece(s.substr(off));  // cannot happen with GPT-2's pattern (it covers every character)
         return;
       }
       if (rc < 0) {
@@ -419,14 +428,15 @@ struct Encoder {
       }
       const PCRE2_SIZE* ov = pcre2_get_ovector_pointer(st.md);
       FORGE_CHECK(ov[1] > ov[0], "empty pre-tokenisation match at byte {}", ov[0]);
-      if (ov[0] > off) bpe(s.substr(off, ov[0] - off), out);
-      bpe(s.substr(ov[0], ov[1] - ov[0]), out);
+      if (ov[0] > off) piece(s.substr(off, ov[0] - off));
+      piece(s.substr(ov[0], ov[1] - ov[0]));
       off = ov[1];
     }
   }
 
   // Any bytes: valid UTF-8 runs through the pattern, invalid runs as one piece each.
-  void ordinary(std::string_view s, std::vector<uint32_t>& out) {
+  template <class F>
+  void pieces(std::string_view s, F&& piece) {
     const auto* u = reinterpret_cast<const unsigned char*>(s.data());
     const size_t n = s.size();
     size_t i = 0;
@@ -441,12 +451,16 @@ struct Encoder {
         if (len == 0) break;
         j += len;
       }
-      if (j > i) valid_run(s.substr(i, j - i), out);
+      if (j > i) valid_run(s.substr(i, j - i), piece);
       size_t k = j;
       while (k < n && utf8_char_len(u, k, n) == 0) ++k;
-      if (k > j) bpe(s.substr(j, k - j), out);
+      if (k > j) piece(s.substr(j, k - j));
       i = k;
     }
+  }
+
+  void ordinary(std::string_view s, std::vector<uint32_t>& out) {
+    pieces(s, [&](std::string_view p) { bpe(p, out); });
   }
 };
 
@@ -455,8 +469,16 @@ struct Encoder {
 std::vector<uint32_t> Gpt2Bpe::encode_ordinary(std::string_view text) const {
   std::vector<uint32_t> out;
   out.reserve(text.size() / 3);
-  Encoder e{*impl_, byte_id_, merges_, thread_state(impl_->code, impl_->serial)};
+  Encoder e{pre_.impl(), byte_id_, merges_, thread_state(pre_.impl().code, pre_.impl().serial)};
   e.ordinary(text, out);
+  return out;
+}
+
+std::vector<std::string_view> Gpt2Pretokenizer::split(std::string_view text) const {
+  std::vector<std::string_view> out;
+  static const std::unordered_map<uint64_t, uint64_t> no_merges;
+  Encoder e{*impl_, nullptr, no_merges, thread_state(impl_->code, impl_->serial)};
+  e.pieces(text, [&](std::string_view p) { out.push_back(p); });
   return out;
 }
 
@@ -464,7 +486,7 @@ std::vector<uint32_t> Gpt2Bpe::encode(std::string_view text, bool allow_special)
   if (!allow_special) return encode_ordinary(text);
   std::vector<uint32_t> out;
   out.reserve(text.size() / 3);
-  Encoder e{*impl_, byte_id_, merges_, thread_state(impl_->code, impl_->serial)};
+  Encoder e{pre_.impl(), byte_id_, merges_, thread_state(pre_.impl().code, pre_.impl().serial)};
   size_t pos = 0;
   while (true) {
     const size_t hit = text.find(kEndOfText, pos);

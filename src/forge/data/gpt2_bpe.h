@@ -15,7 +15,11 @@
 // forge keeps them losslessly: each invalid run is tokenized as tiktoken's
 // _encode_single_piece would, and the valid runs around it as if the run were a document
 // boundary (what PCRE2_MATCH_INVALID_UTF's "barrier" means). decode(encode(x)) == x for
-// every byte string x.
+// every byte string x. (tiktoken's private _encode_bytes differs: after the first invalid
+// byte it stops splitting and BPEs the whole rest as one piece.)
+// Unicode classes are those of the system PCRE2 (Debian's 10.42: Unicode 14). Characters
+// assigned since (Unicode 15-16: e.g. CJK Extension H/I, Kawi) are letters to tiktoken and HF
+// and may split differently; every Unicode 14 character is checked in tests/unit/test_bpe.cpp.
 #pragma once
 
 #include <cstddef>
@@ -45,6 +49,24 @@ std::string gpt2_bytes_to_token_string(std::string_view bytes);
 // directory) or one of its parents. Throws naming what was tried.
 std::string find_gpt2_vocab_dir(const std::string& start_dir = "");
 
+// GPT-2's pre-tokenisation (steps 2-3 below) on its own, for BPE training.
+class Gpt2Pretokenizer {
+ public:
+  Gpt2Pretokenizer();
+  ~Gpt2Pretokenizer();
+  Gpt2Pretokenizer(const Gpt2Pretokenizer&) = delete;
+  Gpt2Pretokenizer& operator=(const Gpt2Pretokenizer&) = delete;
+
+  // The pieces of text in order, as views into it; they concatenate to text.
+  std::vector<std::string_view> split(std::string_view text) const;
+
+  struct Impl;  // the compiled pattern, in the .cpp
+  const Impl& impl() const { return *impl_; }
+
+ private:
+  std::unique_ptr<Impl> impl_;
+};
+
 class Gpt2Bpe final : public Tokenizer {
  public:
   static constexpr std::string_view kEndOfText = "<|endoftext|>";
@@ -63,6 +85,9 @@ class Gpt2Bpe final : public Tokenizer {
   std::vector<std::vector<uint32_t>> encode_batch(const std::vector<std::string_view>& docs,
                                                   bool allow_special, int threads = 0) const;
 
+  // Steps 2-3 above (no special tokens): the pieces BPE runs on, as views into text.
+  std::vector<std::string_view> pretokenize(std::string_view text) const { return pre_.split(text); }
+
   // Concatenated bytes of the tokens; throws naming the first id that is not in the vocabulary.
   std::string decode_bytes(std::span<const uint32_t> ids) const;
 
@@ -80,8 +105,6 @@ class Gpt2Bpe final : public Tokenizer {
   const std::string& token_bytes(uint32_t id) const;
   size_t num_merges() const { return num_merges_; }
 
-  struct Impl;  // regex and per-thread state, in the .cpp
-
  private:
   void load(const std::string& encoder_json_path, const std::string& vocab_bpe_path);
 
@@ -92,7 +115,7 @@ class Gpt2Bpe final : public Tokenizer {
   std::unordered_map<uint64_t, uint64_t> merges_;
   size_t num_merges_ = 0;
   uint32_t eot_ = 0;
-  std::unique_ptr<Impl> impl_;
+  Gpt2Pretokenizer pre_;
 };
 
 }  // namespace forge

@@ -19,9 +19,7 @@ int run_tokenize(const std::string& tokenizer, const std::string& file, std::ost
   // Build the tokenizer before reading: a wrong name fails fast, not after reading stdin.
   TokenizerOptions options;
   options.vocab_dir = vocab_dir;
-  // Until make_tokenizer registers "gpt2" (data/tokenizer.cpp), construct it here.
-  std::unique_ptr<Tokenizer> tok = tokenizer == "gpt2" ? std::make_unique<Gpt2Bpe>(vocab_dir)
-                                                       : make_tokenizer(tokenizer, options);
+  std::unique_ptr<Tokenizer> tok = make_tokenizer(tokenizer, options);
   std::string text;
   if (file.empty()) {
     std::ostringstream ss;
