@@ -4,7 +4,7 @@ SHELL := /bin/bash
 FORGE := build/forge
 CONFIG ?= configs/small.json
 
-.PHONY: setup build train test data clean format
+.PHONY: setup build train test data data-gpt2 clean format
 
 setup:
 	@scripts/setup.sh
@@ -15,6 +15,10 @@ data/fortunes/train.bin: | setup
 	$(FORGE) data prepare --tokenizer bytes --out data/fortunes /usr/share/games/fortunes
 
 data: setup data/fortunes/train.bin
+
+# The fortunes corpus in GPT-2 tokens, for configs/gpt2-124m.json.
+data-gpt2: setup
+	$(FORGE) data prepare --tokenizer gpt2 --out data/fortunes-gpt2 /usr/share/games/fortunes
 
 train: setup data
 	@scripts/train_default.sh $(CONFIG)
