@@ -1,7 +1,7 @@
 // Kernel benchmarks (Google Benchmark) on the shapes of configs small (B=8, T=256, C=384,
 // NH=6, V=256) and gpt2-124m (B=4, T=256, C=768, NH=12, V=50304):
-//  - every linear layer's three GEMMs (forward, dinp, dweight): OpenBLAS vs oneDNN vs
-//    forge's own kernel (forge::kernels::cpu::gemm);
+//  - every linear layer's three GEMMs (forward, dinp, dweight): OpenBLAS vs oneDNN (matmul
+//    primitive and dnnl_sgemm; built with FORGE_HAVE_DNNL) vs forge's own packed kernel;
 //  - attention, layernorm and the classifier: forge's fused kernels against the unfused
 //    sequence of GEMMs and passes a framework would run.
 // Counters: GFLOP/s for GEMMs and attention (causal half counted), GB/s for memory-bound ops.
@@ -11,13 +11,16 @@
 
 #include <cmath>
 #include <cstring>
+#ifdef FORGE_HAVE_DNNL
 #include <dnnl.hpp>
+#endif
 #include <random>
 #include <string>
 #include <vector>
 
 #include "forge/kernels/attention.h"
 #include "forge/kernels/cross_entropy.h"
+#include "forge/kernels/gelu.h"
 #include "forge/kernels/gemm.h"
 #include "forge/kernels/layernorm.h"
 
@@ -102,6 +105,7 @@ void BM_GemmOpenBLAS(benchmark::State& state, LinearShape s, Pass p) {
   set_gemm_counters(state, g);
 }
 
+#ifdef FORGE_HAVE_DNNL
 void BM_GemmOneDNN(benchmark::State& state, LinearShape s, Pass p) {
   using dnnl::memory;
   LinearBuffers buf(s);
@@ -125,15 +129,38 @@ void BM_GemmOneDNN(benchmark::State& state, LinearShape s, Pass p) {
   }
   set_gemm_counters(state, g);
 }
+#endif  // FORGE_HAVE_DNNL
 
-void BM_GemmForge(benchmark::State& state, LinearShape s, Pass p) {
+// Through forge's own dispatcher: kForge is forge's packed kernel, kOneDNN is dnnl_sgemm
+// (the BLAS-like entry point the engine calls, as opposed to the matmul primitive above).
+void BM_GemmVia(benchmark::State& state, LinearShape s, Pass p, cpu::GemmBackend backend) {
   LinearBuffers buf(s);
   const GemmProblem g = buf.problem(s, p);
   for (auto _ : state) {
-    cpu::gemm(g.transA, g.transB, g.M, g.N, g.K, g.A, g.lda, g.B, g.ldb, 0.0f, g.C, g.N);
+    cpu::gemm_with(backend, g.transA, g.transB, g.M, g.N, g.K, g.A, g.lda, g.B, g.ldb, 0.0f, g.C,
+                   g.N);
     benchmark::ClobberMemory();
   }
   set_gemm_counters(state, g);
+}
+
+// An MLP block's forward as the step runs it: GEMM, then an OpenMP kernel, then GEMM. With
+// OpenBLAS two thread pools (its pthreads and the OpenMP team) take turns on the same cores
+// and each spins while the other works; with oneDNN or forge's kernel one team does all.
+void BM_MlpForwardSequence(benchmark::State& state, cpu::GemmBackend backend) {
+  const int N = 2048, C = 384, H = 4 * C;  // small
+  auto x = random_floats(size_t(N) * C, 1), w1 = random_floats(size_t(H) * C, 2, 0.02f),
+       w2 = random_floats(size_t(C) * H, 3, 0.02f);
+  std::vector<float> h(size_t(N) * H), g(size_t(N) * H), y(size_t(N) * C);
+  for (auto _ : state) {
+    cpu::gemm_with(backend, false, true, N, H, C, x.data(), C, w1.data(), C, 0.0f, h.data(), H);
+    cpu::gelu_forward(g.data(), h.data(), h.size());
+    cpu::gemm_with(backend, false, true, N, C, H, g.data(), H, w2.data(), H, 0.0f, y.data(), C);
+    benchmark::ClobberMemory();
+  }
+  state.counters["GFLOP/s"] = benchmark::Counter(4.0 * N * C * H * state.iterations(),
+                                                 benchmark::Counter::kIsRate,
+                                                 benchmark::Counter::kIs1000);
 }
 
 // --- attention -----------------------------------------------------------------------
@@ -322,13 +349,28 @@ void register_all() {
       benchmark::RegisterBenchmark(("gemm/openblas/" + suffix).c_str(), BM_GemmOpenBLAS, s, p)
           ->Unit(benchmark::kMicrosecond)
           ->UseRealTime();
+#ifdef FORGE_HAVE_DNNL
       benchmark::RegisterBenchmark(("gemm/onednn/" + suffix).c_str(), BM_GemmOneDNN, s, p)
           ->Unit(benchmark::kMicrosecond)
           ->UseRealTime();
-      benchmark::RegisterBenchmark(("gemm/forge/" + suffix).c_str(), BM_GemmForge, s, p)
+      benchmark::RegisterBenchmark(("gemm/onednn_sgemm/" + suffix).c_str(), BM_GemmVia, s, p,
+                                   cpu::GemmBackend::kOneDNN)
+          ->Unit(benchmark::kMicrosecond)
+          ->UseRealTime();
+#endif
+      benchmark::RegisterBenchmark(("gemm/forge/" + suffix).c_str(), BM_GemmVia, s, p,
+                                   cpu::GemmBackend::kForge)
           ->Unit(benchmark::kMicrosecond)
           ->UseRealTime();
     }
+  for (cpu::GemmBackend b :
+       {cpu::GemmBackend::kOpenBLAS, cpu::GemmBackend::kOneDNN, cpu::GemmBackend::kForge})
+    if (cpu::gemm_backend_available(b))
+      benchmark::RegisterBenchmark(
+          (std::string("mlp_fwd_sequence/") + cpu::gemm_backend_name(b) + "/small").c_str(),
+          BM_MlpForwardSequence, b)
+          ->Unit(benchmark::kMicrosecond)
+          ->UseRealTime();
   for (const AttentionShape& a : kAttention) {
     const std::string n = a.name;
     benchmark::RegisterBenchmark(("attention/fused/fwd/" + n).c_str(), BM_AttentionFused, a, false)

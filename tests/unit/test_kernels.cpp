@@ -12,10 +12,12 @@
 #include "forge/core/error.h"
 #include "forge/kernels/adamw.h"
 #include "forge/kernels/attention.h"
+#include "forge/kernels/cpu/dispatch.h"
 #include "forge/kernels/cross_entropy.h"
 #include "forge/kernels/elementwise.h"
 #include "forge/kernels/embedding.h"
 #include "forge/kernels/gelu.h"
+#include "forge/kernels/gemm.h"
 #include "forge/kernels/layernorm.h"
 #include "forge/kernels/linear.h"
 #include "forge/numerics/numerics.h"
@@ -85,6 +87,20 @@ Doubles numeric_gradient(const std::function<Doubles(const Doubles&)>& f, Double
   return g;
 }
 
+// Runs `body` once per instruction set this CPU supports (AVX-512, AVX2, generic), so
+// every compiled variant of the SIMD kernels is checked, not only the one dispatch picks.
+void for_each_isa(const std::function<void()>& body) {
+  using forge::kernels::cpu::Isa;
+  const Isa saved = cpu::active_isa();
+  for (Isa isa : {Isa::kAvx512, Isa::kAvx2, Isa::kGeneric}) {
+    if (static_cast<int>(isa) > static_cast<int>(cpu::detected_isa())) continue;
+    SCOPED_TRACE(testing::Message() << "isa=" << cpu::isa_name(isa));
+    cpu::set_active_isa(isa);
+    body();
+  }
+  cpu::set_active_isa(saved);
+}
+
 // fp32 kernels against float64 math: a few ulps of accumulated rounding on these sizes.
 constexpr double kTol = 2e-6;
 // Finite differences in double with h = 1e-6: truncation + cancellation ~1e-9.
@@ -121,7 +137,7 @@ TEST(Kernels, EmbeddingForwardBackward) {
 
 // --- layernorm -----------------------------------------------------------------------
 
-TEST(Kernels, LayerNormMatchesFloat64) {
+void LayerNormMatchesFloat64_body() {
   const int N = 7 * 13, C = 37;
   // A large common offset: the variance must not cancel catastrophically.
   Floats x = random_floats(N * C, 10);
@@ -139,14 +155,17 @@ TEST(Kernels, LayerNormMatchesFloat64) {
                             b64.data(), N, C, 1e-5);
   scalar::layernorm_backward(dx64.data(), dw64.data(), db64.data(), dout64.data(), x64.data(),
                              w64.data(), mean64.data(), rstd64.data(), N, C);
-  EXPECT_LT(rel_l2(out, out64), kTol);
+  // The offset of 30 costs fp32 about 30x its ulp in xhat (x - mean rounds at 30's ulp,
+  // ~2e-6): inherent to fp32 inputs, whatever the kernel; still well inside 1e-5.
+  EXPECT_LT(rel_l2(out, out64), 1e-5);
   EXPECT_LT(rel_l2(mean, mean64), 1e-7);
   EXPECT_LT(rel_l2(rstd, rstd64), kTol);
-  // The offset of 30 costs fp32 about 30x its ulp in xhat; still well inside 1e-5.
   EXPECT_LT(rel_l2(dx, dx64), 1e-5);
   EXPECT_LT(rel_l2(dw, dw64), 1e-5);
   EXPECT_LT(rel_l2(db, db64), kTol);
 }
+
+TEST(Kernels, LayerNormMatchesFloat64) { for_each_isa(LayerNormMatchesFloat64_body); }
 
 TEST(Kernels, LayerNormBackwardMatchesFiniteDifferences) {
   const int N = 3, C = 5;
@@ -210,6 +229,45 @@ TEST(Kernels, LinearMatchesFloat64) {
   check_linear(1, 3, 1, true, true);
 }
 
+// --- gemm ----------------------------------------------------------------------------
+
+void check_gemm_backend(forge::kernels::cpu::GemmBackend backend) {
+  // Awkward sizes: ragged register tiles, several K slices (K > 256), several row blocks.
+  struct Shape {
+    int M, N, K;
+  };
+  {
+    if (!cpu::gemm_backend_available(backend)) return;
+    for (Shape sh : {Shape{7, 37, 13}, Shape{101, 53, 300}, Shape{193, 611, 29}, Shape{1, 1, 1}})
+      for (bool ta : {false, true})
+        for (bool tb : {false, true})
+          for (float beta : {0.0f, 1.0f, 0.5f}) {
+            SCOPED_TRACE(testing::Message()
+                         << cpu::gemm_backend_name(backend) << " M=" << sh.M << " N=" << sh.N
+                         << " K=" << sh.K << " ta=" << ta << " tb=" << tb << " beta=" << beta);
+            // Leading dimensions wider than the rows, to catch a kernel that ignores them.
+            const int lda = (ta ? sh.M : sh.K) + 3, ldb = (tb ? sh.K : sh.N) + 2, ldc = sh.N + 5;
+            const int a_rows = ta ? sh.K : sh.M, b_rows = tb ? sh.N : sh.K;
+            const Floats A = random_floats(size_t(a_rows) * lda, 100),
+                         B = random_floats(size_t(b_rows) * ldb, 101);
+            Floats Cm = random_floats(size_t(sh.M) * ldc, 102);
+            Doubles C64 = widen(Cm);
+            cpu::gemm_with(backend, ta, tb, sh.M, sh.N, sh.K, A.data(), lda, B.data(), ldb, beta,
+                           Cm.data(), ldc);
+            scalar::gemm<double>(ta, tb, sh.M, sh.N, sh.K, widen(A).data(), lda, widen(B).data(),
+                                 ldb, beta, C64.data(), ldc);
+            EXPECT_LT(rel_l2(Cm, C64), kTol);
+          }
+  }
+}
+
+TEST(Kernels, GemmBackendsMatchFloat64) {
+  using forge::kernels::cpu::GemmBackend;
+  check_gemm_backend(GemmBackend::kOpenBLAS);
+  check_gemm_backend(GemmBackend::kOneDNN);
+  for_each_isa([] { check_gemm_backend(GemmBackend::kForge); });
+}
+
 // --- attention -----------------------------------------------------------------------
 
 struct AttentionResult {
@@ -238,7 +296,7 @@ void check_attention(int B, int T, int C, int NH, float spread) {
   EXPECT_LT(rel_l2(got.dqkv, dqkv64), 1e-5);
 }
 
-TEST(Kernels, AttentionMatchesFloat64) {
+void AttentionMatchesFloat64_body() {
   check_attention(2, 13, 3 * 7, 3, 1.0f);
   // T > the key tile (64) so the online-softmax rescaling across tiles is exercised, with
   // scores spread enough that later tiles raise the running maximum.
@@ -246,7 +304,9 @@ TEST(Kernels, AttentionMatchesFloat64) {
   check_attention(2, 67, 64, 1, 1.0f);
 }
 
-TEST(Kernels, AttentionBackwardMatchesFiniteDifferences) {
+TEST(Kernels, AttentionMatchesFloat64) { for_each_isa(AttentionMatchesFloat64_body); }
+
+void AttentionBackwardMatchesFiniteDifferences_body() {
   const int B = 1, T = 4, C = 6, NH = 2;
   const Doubles qkv = widen(random_floats(B * T * 3 * C, 50)),
                 dout = widen(random_floats(B * T * C, 51));
@@ -264,9 +324,13 @@ TEST(Kernels, AttentionBackwardMatchesFiniteDifferences) {
   EXPECT_LT(rel_l2(run_cpu_attention(qkv32, dout32, B, T, C, NH).dqkv, dqkv), 1e-5);
 }
 
+TEST(Kernels, AttentionBackwardMatchesFiniteDifferences) {
+  for_each_isa(AttentionBackwardMatchesFiniteDifferences_body);
+}
+
 // --- gelu ----------------------------------------------------------------------------
 
-TEST(Kernels, GeluMatchesFloat64) {
+void GeluMatchesFloat64_body() {
   const size_t n = 100003;  // several parallel chunks and a ragged tail
   Floats x = random_floats(n, 60, 3.0f);
   x[0] = 0.0f;
@@ -288,6 +352,8 @@ TEST(Kernels, GeluMatchesFloat64) {
     worst = std::max(worst, std::abs(out[i] - out64[i]) / (1.0 + std::abs(out64[i])));
   EXPECT_LT(worst, 1e-6);
 }
+
+TEST(Kernels, GeluMatchesFloat64) { for_each_isa(GeluMatchesFloat64_body); }
 
 TEST(Kernels, GeluBackwardMatchesFiniteDifferences) {
   const size_t n = 23;
@@ -320,7 +386,7 @@ TEST(Kernels, ElementwiseAdd) {
 
 // --- cross-entropy -------------------------------------------------------------------
 
-TEST(Kernels, CrossEntropyMatchesFloat64) {
+void CrossEntropyMatchesFloat64_body() {
   const int N = 7 * 13, V = 61, Vp = 64;
   Floats logits = random_floats(N * Vp, 80, 3.0f);
   // Padded columns hold garbage that must not leak into the softmax.
@@ -328,7 +394,8 @@ TEST(Kernels, CrossEntropyMatchesFloat64) {
     for (int v = V; v < Vp; ++v) logits[n * Vp + v] = 1e4f;
   const auto targets = random_tokens(N, V, 81);
   Floats lse(cpu::cross_entropy_saved_floats(N)), dlogits(N * Vp, 3.0f);
-  const float loss = cpu::cross_entropy_forward(lse.data(), logits.data(), targets.data(), N, V, Vp);
+  const float loss =
+      cpu::cross_entropy_forward(lse.data(), logits.data(), targets.data(), N, V, Vp);
   cpu::cross_entropy_backward(dlogits.data(), logits.data(), lse.data(), targets.data(), N, V, Vp,
                               0.5f);
   const Doubles logits64 = widen(logits);
@@ -349,6 +416,8 @@ TEST(Kernels, CrossEntropyMatchesFloat64) {
                               0.5f);
   EXPECT_EQ(inplace, dlogits);
 }
+
+TEST(Kernels, CrossEntropyMatchesFloat64) { for_each_isa(CrossEntropyMatchesFloat64_body); }
 
 TEST(Kernels, CrossEntropyBackwardMatchesFiniteDifferences) {
   const int N = 3, V = 5, Vp = 8;
@@ -418,9 +487,9 @@ void check_adamw(double max_grad_norm, bool use_cpu) {
     for (size_t t = 0; t < sizes.size(); ++t)
       refs.push_back({param[t].data(), grad[t].data(), m[t].data(), v[t].data(), sizes[t],
                       static_cast<bool>(decay[t])});
-    const double norm = use_cpu ? cpu::optimizer_step(refs.data(), static_cast<int>(refs.size()), hp)
-                                : scalar::optimizer_step(refs.data(),
-                                                         static_cast<int>(refs.size()), hp);
+    const int count = static_cast<int>(refs.size());
+    const double norm = use_cpu ? cpu::optimizer_step(refs.data(), count, hp)
+                                : scalar::optimizer_step(refs.data(), count, hp);
     const double norm64 = adamw_reference(ref, grads64, decay, hp);
     EXPECT_NEAR(norm, norm64, 1e-12 * norm64);
     for (size_t t = 0; t < sizes.size(); ++t) {
@@ -431,7 +500,7 @@ void check_adamw(double max_grad_norm, bool use_cpu) {
   }
 }
 
-TEST(Kernels, AdamWMatchesTorchFormulas) {
+void AdamWMatchesTorchFormulas_body() {
   // The gradients' global norm is ~0.01 * sqrt(74138) ~ 2.7: 1.0 clips, 0 disables, 10 does not.
   for (bool use_cpu : {true, false}) {
     check_adamw(1.0, use_cpu);
@@ -439,6 +508,8 @@ TEST(Kernels, AdamWMatchesTorchFormulas) {
     check_adamw(10.0, use_cpu);
   }
 }
+
+TEST(Kernels, AdamWMatchesTorchFormulas) { for_each_isa(AdamWMatchesTorchFormulas_body); }
 
 TEST(Kernels, AdamWClippingChangesTheUpdate) {
   // Guards against a clip coefficient that is computed but never applied.

@@ -3,6 +3,9 @@
 #include <algorithm>
 #include <cmath>
 
+#include "forge/kernels/cpu/dispatch.h"
+#include "forge/kernels/cpu/simd.h"
+
 namespace forge::kernels {
 
 namespace {
@@ -61,69 +64,30 @@ double optimizer_step(ParamRef* params, int count, const OptimizerStep& hp) {
 
 namespace cpu {
 
-namespace {
+// The SIMD source, compiled once per ISA (see cpu/dispatch.h).
+#pragma GCC push_options
+#pragma GCC target("avx512f,avx512dq,avx512bw,avx512vl,avx2,fma")
+namespace isa_avx512 {
+namespace simd = ::forge::kernels::simd::avx512;
+#include "forge/kernels/cpu/adamw.inc"
+}  // namespace isa_avx512
+#pragma GCC pop_options
 
-// Every tensor is cut into at most kSegments pieces whose partial sums are added in a fixed
-// order, so the norm is the same bits whatever the thread count.
-constexpr int kSegments = 64;
-constexpr size_t kMinSegment = 16384;
+#pragma GCC push_options
+#pragma GCC target("avx2,fma")
+namespace isa_avx2 {
+namespace simd = ::forge::kernels::simd::avx2;
+#include "forge/kernels/cpu/adamw.inc"
+}  // namespace isa_avx2
+#pragma GCC pop_options
 
-double squared_norm(const float* g, size_t n) {
-  const size_t seg = std::max(kMinSegment, (n + kSegments - 1) / kSegments);
-  const int segments = static_cast<int>((n + seg - 1) / seg);
-  double partial[kSegments] = {};
-#pragma omp parallel for schedule(static) if (segments > 1)
-  for (int s = 0; s < segments; ++s) {
-    const size_t i0 = s * seg, i1 = std::min(n, i0 + seg);
-    constexpr int kL = 8;
-    double acc[kL] = {};
-    size_t i = i0;
-    for (; i + kL <= i1; i += kL)
-      for (int k = 0; k < kL; ++k) acc[k] += static_cast<double>(g[i + k]) * g[i + k];
-    double tail = 0.0;
-    for (; i < i1; ++i) tail += static_cast<double>(g[i]) * g[i];
-    for (int k = 0; k < kL; ++k) tail += acc[k];
-    partial[s] = tail;
-  }
-  double total = 0.0;
-  for (int s = 0; s < segments; ++s) total += partial[s];
-  return total;
-}
-
-void update(const ParamRef& p, float coef, const AdamScalars& s) {
-  const float decay = p.decay ? s.decay_factor : 1.0f;
-  const size_t n = p.numel;
-  constexpr size_t kChunk = 16384;
-  const long chunks = static_cast<long>((n + kChunk - 1) / kChunk);
-  float* __restrict param = p.param;
-  float* __restrict m = p.exp_avg;
-  float* __restrict v = p.exp_avg_sq;
-  const float* __restrict grad = p.grad;
-#pragma omp parallel for schedule(static) if (chunks > 1)
-  for (long c = 0; c < chunks; ++c) {
-    const size_t i0 = c * kChunk, i1 = std::min(n, i0 + kChunk);
-    for (size_t i = i0; i < i1; ++i) {
-      const float g = grad[i] * coef;
-      const float mi = m[i] + s.one_minus_beta1 * (g - m[i]);
-      const float vi = v[i] * s.beta2 + s.one_minus_beta2 * g * g;
-      m[i] = mi;
-      v[i] = vi;
-      const float denom = __builtin_sqrtf(vi) / s.bc2_sqrt + s.eps;
-      param[i] = param[i] * decay - s.step_size * (mi / denom);
-    }
-  }
-}
-
-}  // namespace
+namespace isa_generic {
+namespace simd = ::forge::kernels::simd::generic;
+#include "forge/kernels/cpu/adamw.inc"
+}  // namespace isa_generic
 
 double optimizer_step(ParamRef* params, int count, const OptimizerStep& hp) {
-  double sq = 0.0;
-  for (int t = 0; t < count; ++t) sq += squared_norm(params[t].grad, params[t].numel);
-  const double norm = std::sqrt(sq);
-  const float coef = clip_coefficient(norm, hp.max_grad_norm);
-  const AdamScalars s = adam_scalars(hp);
-  for (int t = 0; t < count; ++t) update(params[t], coef, s);
-  return norm;
+  FORGE_SIMD_DISPATCH(optimizer_step(params, count, hp));
 }
 
 }  // namespace cpu

@@ -2,8 +2,10 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 
-#include "forge/kernels/cpu/vecmath.h"
+#include "forge/kernels/cpu/dispatch.h"
+#include "forge/kernels/cpu/simd.h"
 
 namespace forge::kernels {
 
@@ -50,42 +52,36 @@ template void cross_entropy_backward<double>(double*, const double*, const doubl
 
 namespace cpu {
 
+// The SIMD source, compiled once per ISA (see cpu/dispatch.h).
+#pragma GCC push_options
+#pragma GCC target("avx512f,avx512dq,avx512bw,avx512vl,avx2,fma")
+namespace isa_avx512 {
+namespace simd = ::forge::kernels::simd::avx512;
+#include "forge/kernels/cpu/cross_entropy.inc"
+}  // namespace isa_avx512
+#pragma GCC pop_options
+
+#pragma GCC push_options
+#pragma GCC target("avx2,fma")
+namespace isa_avx2 {
+namespace simd = ::forge::kernels::simd::avx2;
+#include "forge/kernels/cpu/cross_entropy.inc"
+}  // namespace isa_avx2
+#pragma GCC pop_options
+
+namespace isa_generic {
+namespace simd = ::forge::kernels::simd::generic;
+#include "forge/kernels/cpu/cross_entropy.inc"
+}  // namespace isa_generic
+
 float cross_entropy_forward(float* lse, const float* logits, const int32_t* targets, int N, int V,
                             int Vp) {
-#pragma omp parallel for schedule(static)
-  for (int n = 0; n < N; ++n) {
-    const float* x = logits + static_cast<size_t>(n) * Vp;
-    const float m = vec::max(x, V);
-    float acc[vec::kLanes] = {};
-    int v = 0;
-    for (; v + vec::kLanes <= V; v += vec::kLanes)
-      for (int k = 0; k < vec::kLanes; ++k) acc[k] += vec::exp(x[v + k] - m);
-    float z = 0.0f;
-    for (; v < V; ++v) z += vec::exp(x[v] - m);
-    for (int k = 0; k < vec::kLanes; ++k) z += acc[k];
-    lse[n] = m + std::log(z);
-  }
-  // The mean is summed in double in row order: cheap, and the same on any thread count.
-  double total = 0.0;
-  for (int n = 0; n < N; ++n)
-    total += static_cast<double>(lse[n]) - logits[static_cast<size_t>(n) * Vp + targets[n]];
-  return static_cast<float>(total / N);
+  FORGE_SIMD_DISPATCH(cross_entropy_forward(lse, logits, targets, N, V, Vp));
 }
 
 void cross_entropy_backward(float* dlogits, const float* logits, const float* lse,
                             const int32_t* targets, int N, int V, int Vp, float dloss) {
-  const float scale = dloss / static_cast<float>(N);
-#pragma omp parallel for schedule(static)
-  for (int n = 0; n < N; ++n) {
-    const float* x = logits + static_cast<size_t>(n) * Vp;
-    float* d = dlogits + static_cast<size_t>(n) * Vp;
-    const float l = lse[n];
-    const int t = targets[n];
-    const float xt = x[t];  // read before the row may be overwritten in place
-    for (int v = 0; v < V; ++v) d[v] = vec::exp(x[v] - l) * scale;
-    d[t] = (std::exp(xt - l) - 1.0f) * scale;
-    for (int v = V; v < Vp; ++v) d[v] = 0.0f;
-  }
+  FORGE_SIMD_DISPATCH(cross_entropy_backward(dlogits, logits, lse, targets, N, V, Vp, dloss));
 }
 
 }  // namespace cpu

@@ -3,7 +3,8 @@
 #include <algorithm>
 #include <cmath>
 
-#include "forge/kernels/cpu/vecmath.h"
+#include "forge/kernels/cpu/dispatch.h"
+#include "forge/kernels/cpu/simd.h"
 
 namespace forge::kernels {
 
@@ -43,37 +44,34 @@ template void gelu_backward<double>(double*, const double*, const double*, size_
 
 namespace cpu {
 
-namespace {
-// Threads take contiguous chunks; small tensors stay on one thread (fork cost > work).
-constexpr size_t kChunk = 16384;
-}  // namespace
+// The SIMD source, compiled once per ISA (see cpu/dispatch.h).
+#pragma GCC push_options
+#pragma GCC target("avx512f,avx512dq,avx512bw,avx512vl,avx2,fma")
+namespace isa_avx512 {
+namespace simd = ::forge::kernels::simd::avx512;
+#include "forge/kernels/cpu/gelu.inc"
+}  // namespace isa_avx512
+#pragma GCC pop_options
+
+#pragma GCC push_options
+#pragma GCC target("avx2,fma")
+namespace isa_avx2 {
+namespace simd = ::forge::kernels::simd::avx2;
+#include "forge/kernels/cpu/gelu.inc"
+}  // namespace isa_avx2
+#pragma GCC pop_options
+
+namespace isa_generic {
+namespace simd = ::forge::kernels::simd::generic;
+#include "forge/kernels/cpu/gelu.inc"
+}  // namespace isa_generic
 
 void gelu_forward(float* out, const float* inp, size_t n) {
-  const long chunks = static_cast<long>((n + kChunk - 1) / kChunk);
-#pragma omp parallel for schedule(static) if (chunks > 1)
-  for (long c = 0; c < chunks; ++c) {
-    const size_t i0 = c * kChunk, i1 = std::min(n, i0 + kChunk);
-    for (size_t i = i0; i < i1; ++i) {
-      const float x = inp[i];
-      const float u = static_cast<float>(kSqrt2OverPi) * (x + static_cast<float>(kCubic) * x * x * x);
-      out[i] = 0.5f * x * (1.0f + vec::tanh(u));
-    }
-  }
+  FORGE_SIMD_DISPATCH(gelu_forward(out, inp, n));
 }
 
 void gelu_backward(float* dinp, const float* inp, const float* dout, size_t n) {
-  const long chunks = static_cast<long>((n + kChunk - 1) / kChunk);
-#pragma omp parallel for schedule(static) if (chunks > 1)
-  for (long c = 0; c < chunks; ++c) {
-    const size_t i0 = c * kChunk, i1 = std::min(n, i0 + kChunk);
-    for (size_t i = i0; i < i1; ++i) {
-      const float x = inp[i];
-      const float u = static_cast<float>(kSqrt2OverPi) * (x + static_cast<float>(kCubic) * x * x * x);
-      const float th = vec::tanh(u);
-      const float du = static_cast<float>(kSqrt2OverPi) * (1.0f + static_cast<float>(3 * kCubic) * x * x);
-      dinp[i] = dout[i] * (0.5f * (1.0f + th) + 0.5f * x * (1.0f - th * th) * du);
-    }
-  }
+  FORGE_SIMD_DISPATCH(gelu_backward(dinp, inp, dout, n));
 }
 
 }  // namespace cpu

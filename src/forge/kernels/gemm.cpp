@@ -2,7 +2,16 @@
 
 #include <cblas.h>
 
+#include <algorithm>
 #include <cstddef>
+
+#ifdef FORGE_HAVE_DNNL
+#include <dnnl.h>
+#endif
+
+#include "forge/core/error.h"
+#include "forge/kernels/cpu/dispatch.h"
+#include "forge/kernels/cpu/simd.h"
 
 namespace forge::kernels {
 
@@ -15,8 +24,10 @@ void gemm(bool transA, bool transB, int M, int N, int K, const Real* A, int lda,
     for (int j = 0; j < N; ++j) {
       Real acc = 0;
       for (int k = 0; k < K; ++k) {
-        const Real a = transA ? A[static_cast<size_t>(k) * lda + i] : A[static_cast<size_t>(i) * lda + k];
-        const Real b = transB ? B[static_cast<size_t>(j) * ldb + k] : B[static_cast<size_t>(k) * ldb + j];
+        const Real a = transA ? A[static_cast<size_t>(k) * lda + i]
+                              : A[static_cast<size_t>(i) * lda + k];
+        const Real b = transB ? B[static_cast<size_t>(j) * ldb + k]
+                              : B[static_cast<size_t>(k) * ldb + j];
         acc += a * b;
       }
       Real& c = C[static_cast<size_t>(i) * ldc + j];
@@ -33,10 +44,81 @@ template void gemm<double>(bool, bool, int, int, int, const double*, int, const 
 
 namespace cpu {
 
+// The SIMD source, compiled once per ISA (see cpu/dispatch.h).
+#pragma GCC push_options
+#pragma GCC target("avx512f,avx512dq,avx512bw,avx512vl,avx2,fma")
+namespace isa_avx512 {
+namespace simd = ::forge::kernels::simd::avx512;
+#include "forge/kernels/cpu/gemm.inc"
+}  // namespace isa_avx512
+#pragma GCC pop_options
+
+#pragma GCC push_options
+#pragma GCC target("avx2,fma")
+namespace isa_avx2 {
+namespace simd = ::forge::kernels::simd::avx2;
+#include "forge/kernels/cpu/gemm.inc"
+}  // namespace isa_avx2
+#pragma GCC pop_options
+
+namespace isa_generic {
+namespace simd = ::forge::kernels::simd::generic;
+#include "forge/kernels/cpu/gemm.inc"
+}  // namespace isa_generic
+
+const char* gemm_backend_name(GemmBackend b) {
+  switch (b) {
+    case GemmBackend::kOpenBLAS: return "openblas";
+    case GemmBackend::kOneDNN: return "onednn";
+    default: return "forge";
+  }
+}
+
+bool gemm_backend_available(GemmBackend b) {
+#ifdef FORGE_HAVE_DNNL
+  return true;
+#else
+  return b != GemmBackend::kOneDNN;
+#endif
+}
+
+GemmBackend gemm_backend_for(bool transA, bool transB, int M, int N, int K) {
+  // oneDNN runs on the same OpenMP team as every other kernel of the step; OpenBLAS brings a
+  // second pool of spinning threads onto the same cores. Measured figures: bench_kernels.
+#ifdef FORGE_HAVE_DNNL
+  return GemmBackend::kOneDNN;
+#else
+  return GemmBackend::kOpenBLAS;
+#endif
+}
+
+void gemm_with(GemmBackend backend, bool transA, bool transB, int M, int N, int K, const float* A,
+               int lda, const float* B, int ldb, float beta, float* C, int ldc) {
+  if (M == 0 || N == 0) return;
+  switch (backend) {
+    case GemmBackend::kOpenBLAS:
+      cblas_sgemm(CblasRowMajor, transA ? CblasTrans : CblasNoTrans,
+                  transB ? CblasTrans : CblasNoTrans, M, N, K, 1.0f, A, lda, B, ldb, beta, C, ldc);
+      return;
+    case GemmBackend::kOneDNN: {
+#ifdef FORGE_HAVE_DNNL
+      const dnnl_status_t st = dnnl_sgemm(transA ? 'T' : 'N', transB ? 'T' : 'N', M, N, K, 1.0f, A,
+                                          lda, B, ldb, beta, C, ldc);
+      FORGE_CHECK(st == dnnl_success, "dnnl_sgemm failed with status {}", static_cast<int>(st));
+      return;
+#else
+      fail("gemm backend 'onednn' is not built in (configure with FORGE_HAVE_DNNL)");
+#endif
+    }
+    case GemmBackend::kForge:
+      FORGE_SIMD_DISPATCH(gemm(transA, transB, M, N, K, A, lda, B, ldb, beta, C, ldc));
+  }
+}
+
 void gemm(bool transA, bool transB, int M, int N, int K, const float* A, int lda, const float* B,
           int ldb, float beta, float* C, int ldc) {
-  cblas_sgemm(CblasRowMajor, transA ? CblasTrans : CblasNoTrans, transB ? CblasTrans : CblasNoTrans,
-              M, N, K, 1.0f, A, lda, B, ldb, beta, C, ldc);
+  gemm_with(gemm_backend_for(transA, transB, M, N, K), transA, transB, M, N, K, A, lda, B, ldb,
+            beta, C, ldc);
 }
 
 }  // namespace cpu

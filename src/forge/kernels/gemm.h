@@ -1,5 +1,11 @@
 // General matrix multiply, row-major: C[M,N] = op(A)[M,K] op(B)[K,N] + beta C
 // with op(X) = X or X^T (transA: A is stored [K,M]; transB: B is stored [N,K]).
+//
+// Three implementations, chosen per shape by cpu::gemm (see gemm_backend_for):
+//  - OpenBLAS (cblas_sgemm, the system libblas.so.3; its own pthread pool),
+//  - oneDNN (dnnl_sgemm; runs on the OpenMP team, so it shares threads with the other
+//    kernels instead of competing with them) when built with FORGE_HAVE_DNNL,
+//  - forge's own packed kernel (MR x NR register tile on the SIMD layer, OpenMP over tiles).
 #pragma once
 
 namespace forge::kernels {
@@ -11,8 +17,18 @@ void gemm(bool transA, bool transB, int M, int N, int K, const Real* A, int lda,
 }  // namespace scalar
 
 namespace cpu {
+
+enum class GemmBackend { kOpenBLAS, kOneDNN, kForge };
+const char* gemm_backend_name(GemmBackend b);
+bool gemm_backend_available(GemmBackend b);
+// The backend cpu::gemm uses for this shape (a fixed rule, so that every process of a run
+// makes the same choice and results stay reproducible across resume).
+GemmBackend gemm_backend_for(bool transA, bool transB, int M, int N, int K);
+
 void gemm(bool transA, bool transB, int M, int N, int K, const float* A, int lda, const float* B,
           int ldb, float beta, float* C, int ldc);
+void gemm_with(GemmBackend backend, bool transA, bool transB, int M, int N, int K, const float* A,
+               int lda, const float* B, int ldb, float beta, float* C, int ldc);
 }  // namespace cpu
 
 }  // namespace forge::kernels

@@ -4,7 +4,8 @@
 #include <cmath>
 #include <cstddef>
 
-#include "forge/kernels/cpu/vecmath.h"
+#include "forge/kernels/cpu/dispatch.h"
+#include "forge/kernels/cpu/simd.h"
 
 namespace forge::kernels {
 
@@ -69,89 +70,38 @@ template void layernorm_backward<double>(double*, double*, double*, const double
 
 namespace cpu {
 
+// The SIMD source, compiled once per ISA (see cpu/dispatch.h).
+#pragma GCC push_options
+#pragma GCC target("avx512f,avx512dq,avx512bw,avx512vl,avx2,fma")
+namespace isa_avx512 {
+namespace simd = ::forge::kernels::simd::avx512;
+#include "forge/kernels/cpu/layernorm.inc"
+}  // namespace isa_avx512
+#pragma GCC pop_options
+
+#pragma GCC push_options
+#pragma GCC target("avx2,fma")
+namespace isa_avx2 {
+namespace simd = ::forge::kernels::simd::avx2;
+#include "forge/kernels/cpu/layernorm.inc"
+}  // namespace isa_avx2
+#pragma GCC pop_options
+
+namespace isa_generic {
+namespace simd = ::forge::kernels::simd::generic;
+#include "forge/kernels/cpu/layernorm.inc"
+}  // namespace isa_generic
+
 void layernorm_forward(float* out, float* mean, float* rstd, const float* inp, const float* weight,
                        const float* bias, int N, int C, float eps) {
-#pragma omp parallel for schedule(static)
-  for (int n = 0; n < N; ++n) {
-    const float* x = inp + static_cast<size_t>(n) * C;
-    // Two passes over a row that sits in L1: the shifted variance avoids the cancellation
-    // of E[x^2] - E[x]^2 on rows with a large mean (residual streams drift).
-    const float m = vec::sum(x, C) / C;
-    float acc[vec::kLanes] = {};
-    int c = 0;
-    for (; c + vec::kLanes <= C; c += vec::kLanes)
-      for (int k = 0; k < vec::kLanes; ++k) {
-        const float dx = x[c + k] - m;
-        acc[k] += dx * dx;
-      }
-    float v = 0.0f;
-    for (; c < C; ++c) v += (x[c] - m) * (x[c] - m);
-    for (int k = 0; k < vec::kLanes; ++k) v += acc[k];
-    const float s = 1.0f / std::sqrt(v / C + eps);
-    float* o = out + static_cast<size_t>(n) * C;
-    for (int i = 0; i < C; ++i) o[i] = (x[i] - m) * s * weight[i] + bias[i];
-    mean[n] = m;
-    rstd[n] = s;
-  }
+  FORGE_SIMD_DISPATCH(layernorm_forward(out, mean, rstd, inp, weight, bias, N, C, eps));
 }
 
 void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* dout,
                         const float* inp, const float* weight, const float* mean,
                         const float* rstd, int N, int C) {
-#pragma omp parallel
-  {
-    // Input gradient: rows are independent.
-#pragma omp for schedule(static)
-    for (int n = 0; n < N; ++n) {
-      const float* x = inp + static_cast<size_t>(n) * C;
-      const float* d = dout + static_cast<size_t>(n) * C;
-      const float m = mean[n], s = rstd[n];
-      float ga[vec::kLanes] = {}, gxa[vec::kLanes] = {};
-      int c = 0;
-      for (; c + vec::kLanes <= C; c += vec::kLanes)
-        for (int k = 0; k < vec::kLanes; ++k) {
-          const float g = d[c + k] * weight[c + k];
-          ga[k] += g;
-          gxa[k] += g * ((x[c + k] - m) * s);
-        }
-      float g_sum = 0.0f, gx_sum = 0.0f;
-      for (; c < C; ++c) {
-        const float g = d[c] * weight[c];
-        g_sum += g;
-        gx_sum += g * ((x[c] - m) * s);
-      }
-      for (int k = 0; k < vec::kLanes; ++k) {
-        g_sum += ga[k];
-        gx_sum += gxa[k];
-      }
-      const float g_mean = g_sum / C, gx_mean = gx_sum / C;
-      float* di = dinp + static_cast<size_t>(n) * C;
-      for (int i = 0; i < C; ++i)
-        di[i] = (d[i] * weight[i] - g_mean - ((x[i] - m) * s) * gx_mean) * s;
-    }
-    // Parameter gradients sum over rows: threads split the channels so that nothing is
-    // shared and the row order of every sum is fixed.
-    constexpr int kChunk = 64;
-    const int chunks = (C + kChunk - 1) / kChunk;
-#pragma omp for schedule(static)
-    for (int chunk = 0; chunk < chunks; ++chunk) {
-      const int c0 = chunk * kChunk, c1 = std::min(C, c0 + kChunk);
-      float dw[kChunk] = {}, db[kChunk] = {};
-      for (int n = 0; n < N; ++n) {
-        const float* x = inp + static_cast<size_t>(n) * C;
-        const float* d = dout + static_cast<size_t>(n) * C;
-        const float m = mean[n], s = rstd[n];
-        for (int c = c0; c < c1; ++c) {
-          dw[c - c0] += d[c] * ((x[c] - m) * s);
-          db[c - c0] += d[c];
-        }
-      }
-      for (int c = c0; c < c1; ++c) {
-        dweight[c] = dw[c - c0];
-        dbias[c] = db[c - c0];
-      }
-    }
-  }
+  FORGE_SIMD_DISPATCH(
+      layernorm_backward(dinp, dweight, dbias, dout, inp, weight, mean, rstd, N, C));
 }
 
 }  // namespace cpu

@@ -1,9 +1,9 @@
 #include "forge/kernels/linear.h"
 
-#include <cblas.h>
-
 #include <algorithm>
 #include <cstddef>
+
+#include "forge/kernels/gemm.h"
 
 namespace forge::kernels {
 
@@ -69,17 +69,14 @@ void linear_forward(float* out, const float* inp, const float* weight, const flo
     for (int n = 0; n < N; ++n) std::copy(bias, bias + OC, out + static_cast<size_t>(n) * OC);
     beta = 1.0f;
   }
-  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, N, OC, IC, 1.0f, inp, IC, weight, IC, beta,
-              out, OC);
+  gemm(false, true, N, OC, IC, inp, IC, weight, IC, beta, out, OC);
 }
 
 void linear_backward(float* dinp, float* dweight, float* dbias, const float* dout,
                      const float* inp, const float* weight, int N, int IC, int OC) {
   if (dinp)
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, N, IC, OC, 1.0f, dout, OC, weight, IC,
-                0.0f, dinp, IC);
-  cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, OC, IC, N, 1.0f, dout, OC, inp, IC, 0.0f,
-              dweight, IC);
+    gemm(false, false, N, IC, OC, dout, OC, weight, IC, 0.0f, dinp, IC);
+  gemm(true, false, OC, IC, N, dout, OC, inp, IC, 0.0f, dweight, IC);
   if (dbias) {
     // Column sums: threads split the columns so each sum keeps a fixed row order.
     constexpr int kChunk = 64;

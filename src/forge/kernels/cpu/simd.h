@@ -1,24 +1,33 @@
 // A thin SIMD layer for the hand-vectorised kernels: one register type and the handful of
-// operations they use. The ISA is the widest the translation unit is compiled for:
-// AVX-512 (16 lanes), AVX2 + FMA (8 lanes), or plain scalar code (1 lane), so the same
-// kernel source builds everywhere. Written with intrinsics rather than left to the
-// auto-vectoriser because GCC will not if-convert float selects under -ftrapping-math, does
-// not contract a*b+c into FMA under -std=c++20, and tunes znver1 for 128-bit vectors.
+// operations they use, defined three times regardless of the compiler flags:
+//   simd::avx512  (16 lanes; AVX-512F/DQ/BW/VL),  simd::avx2  (8 lanes; AVX2 + FMA),
+//   simd::generic (1 lane; plain C++, any x86-64).
+// A kernel's SIMD source is compiled once per ISA under the matching target attribute (see
+// FORGE_SIMD_VARIANTS in dispatch.h) and the best variant the CPU supports runs.
+// Intrinsics rather than the auto-vectoriser because GCC will not if-convert float selects
+// under -ftrapping-math, does not contract a*b+c into FMA under -std=c++20, and tunes
+// znver1 (what -march=native detects on this VM) for 128-bit vectors.
 #pragma once
 
+// GCC 12 reports (maybe-)uninitialized use inside its own AVX-512 intrinsics (the
+// _mm512_undefined_* they start from) once they are inlined; silence it for those header
+// lines only (diagnostic state is recorded per source location).
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
 #include <immintrin.h>
+#pragma GCC diagnostic pop
 
 #include <algorithm>
 #include <bit>
 #include <cmath>
 #include <cstdint>
 
-namespace forge::kernels::simd {
-
-#if defined(__AVX512F__)
+#pragma GCC push_options
+#pragma GCC target("avx512f,avx512dq,avx512bw,avx512vl,avx2,fma")
+namespace forge::kernels::simd::avx512 {
 
 inline constexpr int W = 16;
-inline constexpr const char* kIsa = "avx512";
 using V = __m512;
 using VI = __m512i;
 [[gnu::always_inline]] inline V zero() { return _mm512_setzero_ps(); }
@@ -44,14 +53,21 @@ using VI = __m512i;
 }
 // 2^n for integral-valued n in [-126, 127].
 [[gnu::always_inline]] inline V exp2_int(V n) {
-  const VI bits = _mm512_slli_epi32(_mm512_add_epi32(_mm512_cvtps_epi32(n), _mm512_set1_epi32(127)), 23);
+  const VI biased = _mm512_add_epi32(_mm512_cvtps_epi32(n), _mm512_set1_epi32(127));
+  const VI bits = _mm512_slli_epi32(biased, 23);
   return _mm512_castsi512_ps(bits);
 }
 
-#elif defined(__AVX2__) && defined(__FMA__)
+#include "forge/kernels/cpu/simd_math.inc"
+
+}  // namespace forge::kernels::simd::avx512
+#pragma GCC pop_options
+
+#pragma GCC push_options
+#pragma GCC target("avx2,fma")
+namespace forge::kernels::simd::avx2 {
 
 inline constexpr int W = 8;
-inline constexpr const char* kIsa = "avx2";
 using V = __m256;
 using VI = __m256i;
 [[gnu::always_inline]] inline V zero() { return _mm256_setzero_ps(); }
@@ -85,14 +101,19 @@ using VI = __m256i;
   return _mm256_round_ps(a, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
 }
 [[gnu::always_inline]] inline V exp2_int(V n) {
-  const VI bits = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
+  const VI biased = _mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127));
+  const VI bits = _mm256_slli_epi32(biased, 23);
   return _mm256_castsi256_ps(bits);
 }
 
-#else
+#include "forge/kernels/cpu/simd_math.inc"
+
+}  // namespace forge::kernels::simd::avx2
+#pragma GCC pop_options
+
+namespace forge::kernels::simd::generic {
 
 inline constexpr int W = 1;
-inline constexpr const char* kIsa = "scalar";
 using V = float;
 inline V zero() { return 0.0f; }
 inline V set1(float x) { return x; }
@@ -102,7 +123,7 @@ inline V add(V a, V b) { return a + b; }
 inline V sub(V a, V b) { return a - b; }
 inline V mul(V a, V b) { return a * b; }
 inline V div(V a, V b) { return a / b; }
-inline V fmadd(V a, V b, V c) { return std::fma(a, b, c); }
+inline V fmadd(V a, V b, V c) { return a * b + c; }  // no FMA assumed on baseline x86-64
 inline V max(V a, V b) { return a > b ? a : b; }
 inline V min(V a, V b) { return a < b ? a : b; }
 inline V sqrt(V a) { return std::sqrt(a); }
@@ -114,56 +135,19 @@ inline V exp2_int(V n) {
   return std::bit_cast<float>((static_cast<int32_t>(n) + 127) << 23);
 }
 
+#include "forge/kernels/cpu/simd_math.inc"
+
+}  // namespace forge::kernels::simd::generic
+
+// Compile-time choice, for kernels that have not moved to run-time dispatch: `simd::` names
+// the widest layer the translation unit's own flags allow (-march=native picks it).
+namespace forge::kernels::simd {
+#if defined(__AVX512F__) && defined(__AVX512DQ__) && defined(__AVX512BW__) && \
+    defined(__AVX512VL__)
+using namespace avx512;
+#elif defined(__AVX2__) && defined(__FMA__)
+using namespace avx2;
+#else
+using namespace generic;
 #endif
-
-// exp(x) with ~2 ulp error on [-87.3, 88.3]; 0 below (softmax tails), clamped above.
-// Cody-Waite reduction x = n ln2 + r with |r| <= ln2/2, then a degree-6 Taylor polynomial
-// (truncation r^7/7! < 2e-7 relative).
-[[gnu::always_inline]] inline V exp(V x) {
-  const V lo = set1(-87.3365447505531f);
-  const V is_tiny = select_lt(x, lo, set1(1.0f), zero());
-  x = min(max(x, lo), set1(88.3762626647949f));
-  const V n = round_nearest(mul(x, set1(1.44269504088896341f)));
-  V r = fmadd(n, set1(-0.693359375f), x);  // ln2 = 0.693359375 - 2.12194440e-4
-  r = fmadd(n, set1(2.12194440e-4f), r);
-  V p = set1(1.0f / 720.0f);
-  p = fmadd(p, r, set1(1.0f / 120.0f));
-  p = fmadd(p, r, set1(1.0f / 24.0f));
-  p = fmadd(p, r, set1(1.0f / 6.0f));
-  p = fmadd(p, r, set1(0.5f));
-  p = fmadd(p, r, set1(1.0f));
-  p = fmadd(p, r, set1(1.0f));
-  const V result = mul(p, exp2_int(n));
-  return select_lt(is_tiny, set1(0.5f), result, zero());
-}
-
-// tanh(u) = 1 - 2 / (exp(2u) + 1): absolute error ~1e-7 (what GELU needs: it multiplies
-// tanh by 0.5 x); clamped where tanh is 1 to fp32 precision.
-[[gnu::always_inline]] inline V tanh(V u) {
-  u = min(max(u, set1(-9.0f)), set1(9.0f));
-  const V e = exp(add(u, u));
-  return sub(set1(1.0f), div(set1(2.0f), add(e, set1(1.0f))));
-}
-
-// Scalar twins used for the tails of W-wide loops, so a tail element gets the same math.
-inline float exp_scalar(float x) {
-  if (x < -87.3365447505531f) return 0.0f;
-  x = std::min(x, 88.3762626647949f);
-  const float n = std::nearbyint(x * 1.44269504088896341f);
-  float r = std::fma(n, -0.693359375f, x);
-  r = std::fma(n, 2.12194440e-4f, r);
-  float p = 1.0f / 720.0f;
-  p = std::fma(p, r, 1.0f / 120.0f);
-  p = std::fma(p, r, 1.0f / 24.0f);
-  p = std::fma(p, r, 1.0f / 6.0f);
-  p = std::fma(p, r, 0.5f);
-  p = std::fma(p, r, 1.0f);
-  p = std::fma(p, r, 1.0f);
-  return p * std::bit_cast<float>((static_cast<int32_t>(n) + 127) << 23);
-}
-inline float tanh_scalar(float u) {
-  u = std::min(std::max(u, -9.0f), 9.0f);
-  return 1.0f - 2.0f / (exp_scalar(2.0f * u) + 1.0f);
-}
-
 }  // namespace forge::kernels::simd

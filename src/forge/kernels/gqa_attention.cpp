@@ -1,0 +1,333 @@
+#include "forge/kernels/gqa_attention.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include "forge/core/error.h"
+#include "forge/kernels/cpu/simd.h"
+#include "forge/kernels/cpu/tile_gemm.h"
+
+namespace forge::kernels {
+
+namespace {
+void check_shape(const GqaShape& s) {
+  FORGE_CHECK(s.KVH > 0 && s.NH % s.KVH == 0,
+              "grouped-query attention: {} kv heads must divide {} query heads", s.KVH, s.NH);
+}
+}  // namespace
+
+namespace scalar {
+
+template <typename Real>
+void gqa_attention_forward(Real* out, Real* probs, const Real* q, const Real* k, const Real* v,
+                           const GqaShape& s) {
+  check_shape(s);
+  const int T = s.T, NH = s.NH, KVH = s.KVH, hd = s.hd, rep = NH / KVH;
+  const size_t ldq = static_cast<size_t>(NH) * hd, ldk = static_cast<size_t>(KVH) * hd;
+  const Real scale = Real(1) / std::sqrt(static_cast<Real>(hd));
+  for (int b = 0; b < s.B; ++b)
+    for (int h = 0; h < NH; ++h) {
+      const int g = h / rep;
+      for (int i = 0; i < T; ++i) {
+        const Real* qi = q + (static_cast<size_t>(b) * T + i) * ldq + h * hd;
+        Real* p = probs + ((static_cast<size_t>(b) * NH + h) * T + i) * T;
+        Real m = -std::numeric_limits<Real>::infinity();
+        for (int j = 0; j <= i; ++j) {
+          const Real* kj = k + (static_cast<size_t>(b) * T + j) * ldk + g * hd;
+          Real dotp = 0;
+          for (int d = 0; d < hd; ++d) dotp += qi[d] * kj[d];
+          p[j] = dotp * scale;
+          m = std::max(m, p[j]);
+        }
+        Real z = 0;
+        for (int j = 0; j <= i; ++j) z += (p[j] = std::exp(p[j] - m));
+        for (int j = 0; j <= i; ++j) p[j] /= z;
+        for (int j = i + 1; j < T; ++j) p[j] = 0;
+        Real* o = out + (static_cast<size_t>(b) * T + i) * ldq + h * hd;
+        std::fill(o, o + hd, Real(0));
+        for (int j = 0; j <= i; ++j) {
+          const Real* vj = v + (static_cast<size_t>(b) * T + j) * ldk + g * hd;
+          for (int d = 0; d < hd; ++d) o[d] += p[j] * vj[d];
+        }
+      }
+    }
+}
+
+template <typename Real>
+void gqa_attention_backward(Real* dq, Real* dk, Real* dv, const Real* dout, const Real* q,
+                            const Real* k, const Real* v, const Real* probs, const GqaShape& s) {
+  check_shape(s);
+  const int T = s.T, NH = s.NH, KVH = s.KVH, hd = s.hd, rep = NH / KVH;
+  const size_t ldq = static_cast<size_t>(NH) * hd, ldk = static_cast<size_t>(KVH) * hd;
+  const size_t rows = static_cast<size_t>(s.B) * T;
+  const Real scale = Real(1) / std::sqrt(static_cast<Real>(hd));
+  std::fill(dq, dq + rows * ldq, Real(0));
+  std::fill(dk, dk + rows * ldk, Real(0));
+  std::fill(dv, dv + rows * ldk, Real(0));
+  for (int b = 0; b < s.B; ++b)
+    for (int h = 0; h < NH; ++h) {
+      const int g = h / rep;
+      for (int i = 0; i < T; ++i) {
+        const size_t qi = (static_cast<size_t>(b) * T + i) * ldq + h * hd;
+        const Real* p = probs + ((static_cast<size_t>(b) * NH + h) * T + i) * T;
+        const Real* d = dout + qi;
+        Real D = 0;
+        for (int j = 0; j <= i; ++j) {
+          const Real* vj = v + (static_cast<size_t>(b) * T + j) * ldk + g * hd;
+          Real dp = 0;
+          for (int e = 0; e < hd; ++e) dp += d[e] * vj[e];
+          D += p[j] * dp;
+        }
+        for (int j = 0; j <= i; ++j) {
+          const size_t kj = (static_cast<size_t>(b) * T + j) * ldk + g * hd;
+          Real dp = 0;
+          for (int e = 0; e < hd; ++e) dp += d[e] * v[kj + e];
+          const Real ds = p[j] * (dp - D) * scale;
+          for (int e = 0; e < hd; ++e) {
+            dv[kj + e] += p[j] * d[e];
+            dq[qi + e] += ds * k[kj + e];
+            dk[kj + e] += ds * q[qi + e];
+          }
+        }
+      }
+    }
+}
+
+template void gqa_attention_forward<float>(float*, float*, const float*, const float*,
+                                           const float*, const GqaShape&);
+template void gqa_attention_forward<double>(double*, double*, const double*, const double*,
+                                            const double*, const GqaShape&);
+template void gqa_attention_backward<float>(float*, float*, float*, const float*, const float*,
+                                            const float*, const float*, const float*,
+                                            const GqaShape&);
+template void gqa_attention_backward<double>(double*, double*, double*, const double*,
+                                             const double*, const double*, const double*,
+                                             const double*, const GqaShape&);
+
+}  // namespace scalar
+
+namespace cpu {
+
+namespace {
+
+// kQTile queries against kKTile keys at a time: the score tile, one transposed key (or
+// value) tile and the row accumulators stay in L1/L2.
+constexpr int kQTile = 32;
+constexpr int kKTile = 64;
+
+struct Tiles {  // per thread, on the stack (~112 KB)
+  float scores[kQTile * kKTile];       // S, then P
+  float dscores[kQTile * kKTile];      // dP, then dS
+  float kt[kGqaMaxHeadDim * kKTile];   // a key or value tile transposed: [hd][keys]
+  float acc[kQTile * kGqaMaxHeadDim];  // out (forward) or dQ (backward) of the query tile
+};
+
+// dst[d * kKTile + j] = src[j * ld + d]: score rows then run contiguously along keys.
+void transpose_tile(float* dst, const float* src, size_t ld, int n, int hd) {
+  for (int j = 0; j < n; ++j)
+    for (int d = 0; d < hd; ++d) dst[d * kKTile + j] = src[j * ld + d];
+}
+
+// s[0, n) *= scale, then keys from first_masked on (after the query: causal) become -inf.
+void scale_and_mask(float* s, int n, float scale, int first_masked) {
+  using namespace simd;
+  const V vs = set1(scale);
+  int j = 0;
+  for (; j + W <= n; j += W) store(s + j, mul(load(s + j), vs));
+  for (; j < n; ++j) s[j] *= scale;
+  for (j = std::max(first_masked, 0); j < n; ++j) s[j] = -std::numeric_limits<float>::infinity();
+}
+
+// s[j] = exp(s[j] - shift); returns the sum.
+float exp_shifted(float* s, int n, float shift) {
+  using namespace simd;
+  const V vshift = set1(shift);
+  V sum = zero();
+  int j = 0;
+  for (; j + W <= n; j += W) {
+    const V e = simd::exp(sub(load(s + j), vshift));
+    store(s + j, e);
+    sum = add(sum, e);
+  }
+  float total = reduce_add(sum);
+  for (; j < n; ++j) total += s[j] = exp_scalar(s[j] - shift);
+  return total;
+}
+
+float row_max(const float* x, int n) {
+  using namespace simd;
+  V m = set1(-std::numeric_limits<float>::infinity());
+  int j = 0;
+  for (; j + W <= n; j += W) m = simd::max(m, load(x + j));
+  float r = reduce_max(m);
+  for (; j < n; ++j) r = std::max(r, x[j]);
+  return r;
+}
+
+void scale_row(float* x, int n, float a) {
+  using namespace simd;
+  const V va = set1(a);
+  int d = 0;
+  for (; d + W <= n; d += W) store(x + d, mul(load(x + d), va));
+  for (; d < n; ++d) x[d] *= a;
+}
+
+float dot(const float* a, const float* b, int n) {
+  using namespace simd;
+  V acc = zero();
+  int d = 0;
+  for (; d + W <= n; d += W) acc = fmadd(load(a + d), load(b + d), acc);
+  float r = reduce_add(acc);
+  for (; d < n; ++d) r += a[d] * b[d];
+  return r;
+}
+
+// P = exp(scale Q K^T - lse) for one (query tile, key tile), masked; into tiles.scores.
+void probabilities(Tiles& tl, const float* qblk, int ldq, const float* kblk, size_t ldk,
+                   const float* lse, int i0, int nq, int j0, int nk, int hd, float scale) {
+  transpose_tile(tl.kt, kblk, ldk, nk, hd);
+  std::fill(tl.scores, tl.scores + nq * kKTile, 0.0f);
+  tile::gemm_acc(nq, nk, hd, qblk, ldq, 1, tl.kt, kKTile, tl.scores, kKTile);
+  for (int r = 0; r < nq; ++r) {
+    float* srow = tl.scores + r * kKTile;
+    scale_and_mask(srow, nk, scale, i0 + r + 1 - j0);
+    exp_shifted(srow, nk, lse[i0 + r]);
+  }
+}
+
+}  // namespace
+
+void gqa_attention_forward(float* out, float* lse, const float* q, const float* k, const float* v,
+                           const GqaShape& s) {
+  check_shape(s);
+  const int T = s.T, NH = s.NH, KVH = s.KVH, hd = s.hd, rep = NH / KVH;
+  FORGE_CHECK(hd <= kGqaMaxHeadDim, "attention head dim {} exceeds {}", hd, kGqaMaxHeadDim);
+  const int ldq = NH * hd, ldk = KVH * hd;
+  const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
+  const int q_tiles = (T + kQTile - 1) / kQTile;
+  // Later query tiles see more keys: tasks are handed out dynamically.
+#pragma omp parallel
+  {
+    Tiles tl;
+    float m[kQTile], z[kQTile];
+#pragma omp for collapse(3) schedule(dynamic, 1)
+    for (int b = 0; b < s.B; ++b)
+      for (int h = 0; h < NH; ++h)
+        for (int qt = 0; qt < q_tiles; ++qt) {
+          const int g = h / rep;
+          const float* qb = q + static_cast<size_t>(b) * T * ldq + h * hd;
+          const float* kb = k + static_cast<size_t>(b) * T * ldk + g * hd;
+          const float* vb = v + static_cast<size_t>(b) * T * ldk + g * hd;
+          const int i0 = qt * kQTile, nq = std::min(kQTile, T - i0);
+          std::fill(m, m + nq, -std::numeric_limits<float>::infinity());
+          std::fill(z, z + nq, 0.0f);
+          std::fill(tl.acc, tl.acc + nq * hd, 0.0f);
+          for (int j0 = 0; j0 < i0 + nq; j0 += kKTile) {
+            const int nk = std::min(kKTile, i0 + nq - j0);
+            transpose_tile(tl.kt, kb + static_cast<size_t>(j0) * ldk, ldk, nk, hd);
+            std::fill(tl.scores, tl.scores + nq * kKTile, 0.0f);
+            tile::gemm_acc(nq, nk, hd, qb + static_cast<size_t>(i0) * ldq, ldq, 1, tl.kt, kKTile,
+                           tl.scores, kKTile);
+            for (int r = 0; r < nq; ++r) {
+              float* srow = tl.scores + r * kKTile;
+              scale_and_mask(srow, nk, scale, i0 + r + 1 - j0);
+              const float m_new = std::max(m[r], row_max(srow, nk));
+              if (m_new > m[r]) {
+                // Online softmax: what was summed under the old maximum is rescaled.
+                const float corr = std::exp(m[r] - m_new);
+                scale_row(tl.acc + r * hd, hd, corr);
+                z[r] *= corr;
+                m[r] = m_new;
+              }
+              z[r] += exp_shifted(srow, nk, m[r]);
+            }
+            tile::gemm_acc(nq, hd, nk, tl.scores, kKTile, 1, vb + static_cast<size_t>(j0) * ldk,
+                           ldk, tl.acc, hd);
+          }
+          for (int r = 0; r < nq; ++r) {
+            const int i = i0 + r;
+            float* o = out + (static_cast<size_t>(b) * T + i) * ldq + h * hd;
+            const float inv = 1.0f / z[r];
+            for (int d = 0; d < hd; ++d) o[d] = tl.acc[r * hd + d] * inv;
+            lse[(static_cast<size_t>(b) * NH + h) * T + i] = m[r] + std::log(z[r]);
+          }
+        }
+  }
+}
+
+void gqa_attention_backward(float* dq, float* dk, float* dv, const float* dout, const float* q,
+                            const float* k, const float* v, const float* out, const float* lse,
+                            const GqaShape& s) {
+  check_shape(s);
+  const int T = s.T, NH = s.NH, KVH = s.KVH, hd = s.hd, rep = NH / KVH;
+  FORGE_CHECK(hd <= kGqaMaxHeadDim, "attention head dim {} exceeds {}", hd, kGqaMaxHeadDim);
+  const int ldq = NH * hd, ldk = KVH * hd;
+  const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
+  // One task per (b, kv head): it owns that head's dk/dv columns and the dq columns of the
+  // query heads in its group, so dk and dv sum over the group's heads (in head order, then
+  // query tiles) with no other thread touching them.
+#pragma omp parallel
+  {
+    Tiles tl;
+    float delta[kQTile];
+#pragma omp for collapse(2) schedule(dynamic, 1)
+    for (int b = 0; b < s.B; ++b)
+      for (int g = 0; g < KVH; ++g) {
+        const size_t kv0 = static_cast<size_t>(b) * T * ldk + g * hd;
+        const float* kb = k + kv0;
+        const float* vb = v + kv0;
+        float* dkb = dk + kv0;
+        float* dvb = dv + kv0;
+        for (int t = 0; t < T; ++t) {
+          std::fill(dkb + static_cast<size_t>(t) * ldk, dkb + static_cast<size_t>(t) * ldk + hd, 0.0f);
+          std::fill(dvb + static_cast<size_t>(t) * ldk, dvb + static_cast<size_t>(t) * ldk + hd, 0.0f);
+        }
+        for (int h = g * rep; h < (g + 1) * rep; ++h) {
+          const size_t q0 = static_cast<size_t>(b) * T * ldq + h * hd;
+          const float* qb = q + q0;
+          const float* dob = dout + q0;
+          const float* ob = out + q0;
+          float* dqb = dq + q0;
+          const float* row_lse = lse + (static_cast<size_t>(b) * NH + h) * T;
+          for (int i0 = 0; i0 < T; i0 += kQTile) {
+            const int nq = std::min(kQTile, T - i0);
+            const float* qblk = qb + static_cast<size_t>(i0) * ldq;
+            const float* doblk = dob + static_cast<size_t>(i0) * ldq;
+            // D_i = dout_i . out_i equals sum_j p_ij (dout_i . v_j).
+            for (int r = 0; r < nq; ++r)
+              delta[r] = dot(doblk + static_cast<size_t>(r) * ldq, ob + static_cast<size_t>(i0 + r) * ldq, hd);
+            std::fill(tl.acc, tl.acc + nq * hd, 0.0f);
+            for (int j0 = 0; j0 < i0 + nq; j0 += kKTile) {
+              const int nk = std::min(kKTile, i0 + nq - j0);
+              const float* kblk = kb + static_cast<size_t>(j0) * ldk;
+              const float* vblk = vb + static_cast<size_t>(j0) * ldk;
+              probabilities(tl, qblk, ldq, kblk, ldk, row_lse, i0, nq, j0, nk, hd, scale);
+              // dP = dO V^T
+              transpose_tile(tl.kt, vblk, ldk, nk, hd);
+              std::fill(tl.dscores, tl.dscores + nq * kKTile, 0.0f);
+              tile::gemm_acc(nq, nk, hd, doblk, ldq, 1, tl.kt, kKTile, tl.dscores, kKTile);
+              // dS = P (dP - D) scale   (the score scale folded in here)
+              for (int r = 0; r < nq; ++r) {
+                const float* p = tl.scores + r * kKTile;
+                float* ds = tl.dscores + r * kKTile;
+                for (int j = 0; j < nk; ++j) ds[j] = p[j] * (ds[j] - delta[r]) * scale;
+              }
+              // dV += P^T dO;  dQ += dS K;  dK += dS^T Q
+              tile::gemm_acc(nk, hd, nq, tl.scores, 1, kKTile, doblk, ldq,
+                             dvb + static_cast<size_t>(j0) * ldk, ldk);
+              tile::gemm_acc(nq, hd, nk, tl.dscores, kKTile, 1, kblk, ldk, tl.acc, hd);
+              tile::gemm_acc(nk, hd, nq, tl.dscores, 1, kKTile, qblk, ldq,
+                             dkb + static_cast<size_t>(j0) * ldk, ldk);
+            }
+            for (int r = 0; r < nq; ++r)
+              std::copy(tl.acc + r * hd, tl.acc + (r + 1) * hd, dqb + static_cast<size_t>(i0 + r) * ldq);
+          }
+        }
+      }
+  }
+}
+
+}  // namespace cpu
+
+}  // namespace forge::kernels
