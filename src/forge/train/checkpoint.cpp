@@ -101,6 +101,7 @@ void save_checkpoint(const std::string& dir, const ParamLayout& layout, const fl
     j["rng"] = state.rng;
     j["tokens_seen"] = state.tokens_seen;
     j["config"] = state.config;
+    j["world_size"] = state.world_size;  // DP: optimizer state is always stored whole
     write_text_atomic((tmp_dir / "state.json").string(), j.dump(2) + "\n");
     fs::remove_all(final_dir, ec);
     fs::rename(tmp_dir, final_dir);
@@ -108,6 +109,16 @@ void save_checkpoint(const std::string& dir, const ParamLayout& layout, const fl
     fs::remove_all(tmp_dir, ec);
     throw;
   }
+}
+
+void remove_partial_checkpoints(const std::string& out_dir) {
+  const fs::path dir = fs::path(out_dir) / "checkpoints";
+  std::error_code ec;
+  if (!fs::is_directory(dir, ec)) return;
+  std::vector<fs::path> partial;
+  for (const auto& e : fs::directory_iterator(dir, ec))
+    if (e.is_directory(ec) && e.path().extension() == ".tmp") partial.push_back(e.path());
+  for (const auto& p : partial) fs::remove_all(p, ec);
 }
 
 TrainState load_checkpoint(const std::string& dir, const ParamLayout& layout, float* params,
@@ -133,6 +144,8 @@ TrainState load_checkpoint(const std::string& dir, const ParamLayout& layout, fl
     s.rng = j.at("rng").get<std::array<uint64_t, 4>>();
     s.tokens_seen = j.at("tokens_seen").get<double>();
     s.config = j.at("config");
+    s.world_size = j.value("world_size", 1);
+    if (s.world_size < 1) fail("{}: field 'world_size': expected a positive integer", state_path);
   } catch (const nlohmann::json::exception& e) {
     fail("{}: {}", state_path, e.what());
   }

@@ -21,6 +21,7 @@ struct TrainState {
   std::array<uint64_t, 4> rng{};
   double tokens_seen = 0;
   nlohmann::json config;      // the config the run was started with
+  int world_size = 1;         // DP: ranks of the run that wrote it (1 when absent: older files)
 };
 
 // One tensor in file layout: a view of src, or a transposed copy held in scratch.
@@ -38,6 +39,9 @@ void save_checkpoint(const std::string& dir, const ParamLayout& layout, const fl
 // Loads model, optimizer and state; exp_avg / exp_avg_sq may be null (model only).
 TrainState load_checkpoint(const std::string& dir, const ParamLayout& layout, float* params,
                            float* exp_avg, float* exp_avg_sq);
+// DP (faults): removes "<name>.tmp" directories under dir/checkpoints that a process killed
+// while writing left behind (they were never renamed into place, so never a checkpoint).
+void remove_partial_checkpoints(const std::string& out_dir);
 // The model file of a checkpoint dir, or the path itself when it is a .safetensors file.
 std::string model_file_of(const std::string& path);
 

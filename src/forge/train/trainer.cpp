@@ -18,6 +18,8 @@
 #include "forge/core/peak.h"
 #include "forge/core/test_bugs.h"
 #include "forge/core/threads.h"
+#include "forge/dist/communicator.h"
+#include "forge/dist/data_parallel.h"
 #include "forge/io/atomic_file.h"
 #include "forge/model/model.h"
 #include "forge/numerics/numerics.h"
@@ -43,17 +45,22 @@ double median(std::vector<double> v) {
 }
 
 // The checked invariants of a resumed run: same model and same batch geometry.
+// DP: the global batch is B x T x grad_accum_steps x ranks, so a checkpoint of W ranks with
+// A accumulation steps resumes on W' ranks with A' steps when A*W == A'*W' (the data order
+// is the same; docs/formats.md).
 void check_resume_compatible(const Config& cfg, const nlohmann::json& saved,
-                             const std::string& dir) {
+                             const std::string& dir, int saved_world, int world) {
   Config old = parse_config(saved, dir + "/state.json");
   const ModelConfig &a = cfg.model, &b = old.model;
   if (config_to_json(cfg)["model"] != config_to_json(old)["model"])
     fail("{}: checkpoint was made for another model (n_layer {} vs {}, n_embd {} vs {}, vocab {} "
          "vs {})", dir, b.n_layer, a.n_layer, b.n_embd, a.n_embd, b.vocab_size, a.vocab_size);
   if (cfg.train.batch_size != old.train.batch_size || cfg.train.seq_len != old.train.seq_len ||
-      cfg.train.grad_accum_steps != old.train.grad_accum_steps)
-    fail("{}: checkpoint was made with another batch (B, T, grad_accum_steps); resuming would "
-         "change the data order", dir);
+      cfg.train.grad_accum_steps * world != old.train.grad_accum_steps * saved_world)
+    fail("{}: checkpoint was made with another batch (B={}, T={}, grad_accum_steps {} x {} "
+         "ranks; now B={}, T={}, {} x {} ranks); resuming would change the data order", dir,
+         old.train.batch_size, old.train.seq_len, old.train.grad_accum_steps, saved_world,
+         cfg.train.batch_size, cfg.train.seq_len, cfg.train.grad_accum_steps, world);
 }
 
 }  // namespace
@@ -68,10 +75,32 @@ TrainResult run_training(const TrainOptions& opt) {
   const TrainConfig& tc = cfg.train;
   const int B = tc.batch_size, T = tc.seq_len, accum = tc.grad_accum_steps;
 
-  ensure_writable_dir(cfg.out_dir);
+  // DP: one rank per process under mpirun (a single-process communicator otherwise). Rank 0
+  // alone logs and writes metrics, dumps and checkpoints; every rank computes the same
+  // validation loss. A rank that fails marks the run failed so that the launcher ends the
+  // others instead of them waiting on it.
+  auto comm = dist::make_communicator();
+  const int rank = comm->rank(), world = comm->world();
+  const bool lead = rank == 0;
+  struct FailGuard {
+    dist::Communicator& c;
+    ~FailGuard() {
+      if (std::uncaught_exceptions() > 0) c.mark_failed();
+    }
+  } fail_guard{*comm};
+  const auto sharding = world > 1 ? dist::sharding_from_env() : dist::OptimizerSharding::Replicated;
+  const bool zero1 = sharding == dist::OptimizerSharding::Zero1;
+  if (zero1 && !opt.dump_dir.empty())
+    fail("--dump: with FORGE_DP_SHARDING=zero1 no rank holds the full gradients; dump a "
+         "replicated run instead");
+
+  if (lead) {
+    ensure_writable_dir(cfg.out_dir);
+    remove_partial_checkpoints(cfg.out_dir);  // DP (faults): leftovers of a killed writer
+  }
   const int threads = set_thread_count(tc.threads);
 
-  DataLoader train_data(cfg.data.train, B, T);
+  DataLoader train_data(cfg.data.train, B, T, rank, world);
   if (train_data.shard().vocab_size() > static_cast<uint32_t>(cfg.model.vocab_size))
     fail("{}: field 'model.vocab_size' is {} but {} was made with a vocabulary of {}", cfg.path,
          cfg.model.vocab_size, cfg.data.train, train_data.shard().vocab_size());
@@ -80,18 +109,31 @@ TrainResult run_training(const TrainOptions& opt) {
   auto model = make_model(cfg.model, B, T, *numerics);
   const ParamLayout& layout = model->layout();
   const size_t P = layout.total_floats();
-  FloatBuffer grads(P), micro_grads(accum > 1 ? P : 0), exp_avg(P), exp_avg_sq(P);
+  // DP: backward always writes micro_grads, which are reduced onto grads; ZeRO-1 keeps the
+  // AdamW moments in the DataParallel shard instead of full-size buffers.
+  FloatBuffer grads(P), micro_grads(accum > 1 || world > 1 ? P : 0), exp_avg(zero1 ? 0 : P),
+      exp_avg_sq(zero1 ? 0 : P);
+  std::unique_ptr<dist::DataParallel> dp;
+  if (world > 1)
+    dp = std::make_unique<dist::DataParallel>(*comm, layout, sharding, model->params(),
+                                              grads.data(), micro_grads.data());
   std::vector<ParamRef> refs;
-  for (const auto& p : layout.tensors())
-    refs.push_back({model->params() + p.offset, grads.data() + p.offset, exp_avg.data() + p.offset,
-                    exp_avg_sq.data() + p.offset, p.numel, p.decay});
+  if (!zero1)
+    for (const auto& p : layout.tensors())
+      refs.push_back({model->params() + p.offset, grads.data() + p.offset,
+                      exp_avg.data() + p.offset, exp_avg_sq.data() + p.offset, p.numel, p.decay});
 
   TrainState state;
   state.config = config_to_json(cfg);
   if (!opt.resume.empty()) {
-    TrainState saved = load_checkpoint(opt.resume, layout, model->params(), exp_avg.data(),
-                                       exp_avg_sq.data());
-    check_resume_compatible(cfg, saved.config, opt.resume);
+    // DP: checkpoints hold the full optimizer state, so any number of ranks (sharded or
+    // not) resumes from them: ZeRO-1 ranks keep their own elements of it.
+    FloatBuffer full_m(zero1 ? P : 0), full_v(zero1 ? P : 0);
+    TrainState saved = load_checkpoint(opt.resume, layout, model->params(),
+                                       zero1 ? full_m.data() : exp_avg.data(),
+                                       zero1 ? full_v.data() : exp_avg_sq.data());
+    check_resume_compatible(cfg, saved.config, opt.resume, saved.world_size, world);
+    if (zero1) dp->load_shard(full_m.data(), full_v.data());
     state.step = saved.step;
     state.data_cursor = saved.data_cursor;
     state.rng = saved.rng;
@@ -104,7 +146,7 @@ TrainResult run_training(const TrainOptions& opt) {
   }
 
   std::unique_ptr<DumpWriter> dump;
-  if (!opt.dump_dir.empty())
+  if (!opt.dump_dir.empty() && lead)
     dump = std::make_unique<DumpWriter>(opt.dump_dir, opt.dump_level < 1 ? 1 : opt.dump_level,
                                         opt.dump_act_steps);
 
@@ -112,19 +154,25 @@ TrainResult run_training(const TrainOptions& opt) {
   const double flops_per_token = model->train_flops_per_token(T);
   const int64_t last_step = opt.stop_after >= 0 ? std::min<int64_t>(opt.stop_after, tc.steps)
                                                 : tc.steps;
-  std::FILE* metrics = std::fopen((cfg.out_dir + "/metrics.jsonl").c_str(),
-                                  state.step > 0 ? "a" : "w");
+  // DP: ranks other than 0 write their (identical) metrics nowhere.
+  std::FILE* metrics = lead ? std::fopen((cfg.out_dir + "/metrics.jsonl").c_str(),
+                                         state.step > 0 ? "a" : "w")
+                            : std::fopen("/dev/null", "w");
   if (!metrics) fail("{}: cannot write metrics.jsonl", cfg.out_dir);
   struct Closer { std::FILE* f; ~Closer() { std::fclose(f); } } closer{metrics};
 
-  if (!opt.quiet)
+  const bool talk = !opt.quiet && lead;  // DP: rank 0 speaks for all
+  if (talk)
     fmt::print("forge train: {} ({} parameters), numerics {}, B={} T={} accum={}, {} threads, "
                "peak {:.1f} GFLOP/s fp32\n", cfg.path, layout.numel(), numerics->name(), B, T,
                accum, threads, peak.fp32_flops / 1e9);
+  if (talk && dp) fmt::print("{}\n", dp->describe());
 
   std::vector<int32_t> inputs(static_cast<size_t>(B) * T), targets(inputs.size());
   std::vector<double> step_tps, step_mfu;
-  Progress progress(last_step, state.step, !opt.quiet);
+  Progress progress(last_step, state.step, talk);
+  std::vector<float> micro_losses(accum), all_losses(static_cast<size_t>(accum) * world);
+  double comm_wait_total = 0, step_time_total = 0;
   TrainResult result;
   result.val_loss = std::numeric_limits<double>::quiet_NaN();
 
@@ -132,15 +180,22 @@ TrainResult run_training(const TrainOptions& opt) {
     const std::string dir = fmt::format("{}/checkpoints/step_{:06d}", cfg.out_dir, step);
     state.step = step;
     state.data_cursor = train_data.cursor();
-    save_checkpoint(dir, layout, model->params(), exp_avg.data(), exp_avg_sq.data(), state);
-    write_text_atomic(cfg.out_dir + "/checkpoints/latest", dir + "\n");
+    state.world_size = world;
     result.checkpoint = dir;
+    if (zero1) {  // DP: rank 0 collects every rank's optimizer shard, then writes alone
+      FloatBuffer full_m(lead ? P : 0), full_v(lead ? P : 0);
+      dp->gather_shards(full_m.data(), full_v.data());
+      if (lead) save_checkpoint(dir, layout, model->params(), full_m.data(), full_v.data(), state);
+    } else if (lead) {
+      save_checkpoint(dir, layout, model->params(), exp_avg.data(), exp_avg_sq.data(), state);
+    }
+    if (lead) write_text_atomic(cfg.out_dir + "/checkpoints/latest", dir + "\n");
   };
   auto validate = [&](int64_t step) {
     if (cfg.data.val.empty()) return;
     const double val = evaluate_loss(*model, cfg.data.val, B, T, tc.eval_batches);
     result.val_loss = val;
-    progress.message(fmt::format("step {:>6} | val loss {:.4f} | val ppl {:.2f}", step, val,
+    if (lead) progress.message(fmt::format("step {:>6} | val loss {:.4f} | val ppl {:.2f}", step, val,
                                  std::exp(val)));
     fmt::print(metrics, "{}\n", nlohmann::json{{"step", step}, {"val_loss", val}}.dump());
     std::fflush(metrics);
@@ -155,9 +210,18 @@ TrainResult run_training(const TrainOptions& opt) {
       model->set_recorder(record && m == 0 ? dump.get() : nullptr);
       const float loss = model->forward(inputs.data(), targets.data(), B, T);
       loss_sum += loss;
+      micro_losses[m] = loss;
       // d(loss_m / accum): what autograd propagates for the accumulated mean.
-      const float dloss = 1.0f / static_cast<float>(accum);
-      if (m == 0) {
+      // DP: the mean is over accum micro-steps on each of the world ranks.
+      const float dloss = 1.0f / static_cast<float>(accum * world);
+      if (dp) {
+        // DP: backward into micro_grads; buckets are reduced onto grads (in rank order) as
+        // backward leaves each layer.
+        model->set_recorder(dp->backward_hook(m, accum, record && m == 0 ? dump.get() : nullptr));
+        model->backward(dloss, micro_grads.data());
+        model->set_recorder(nullptr);
+        dp->finish_micro_step();
+      } else if (m == 0) {
         model->backward(dloss, grads.data());
       } else {
         model->backward(dloss, micro_grads.data());
@@ -165,7 +229,15 @@ TrainResult run_training(const TrainOptions& opt) {
       }
     }
     model->set_recorder(nullptr);
-    const double loss = loss_sum / accum;
+    if (dp) {
+      // DP: the global mean in the single process's order: rank k's micro-step m is its
+      // micro-step m * world + k.
+      comm->all_gather_bytes(micro_losses.data(), all_losses.data(), sizeof(float) * accum);
+      loss_sum = 0;
+      for (int m = 0; m < accum; ++m)
+        for (int k = 0; k < world; ++k) loss_sum += all_losses[static_cast<size_t>(k) * accum + m];
+    }
+    const double loss = loss_sum / (accum * world);
     if (!std::isfinite(loss))
       fail("step {}: the loss is {} (diverged); lower train.lr in {}", step + 1, loss, cfg.path);
     if (dump) dump->capture_grads(layout, grads.data());
@@ -179,14 +251,19 @@ TrainResult run_training(const TrainOptions& opt) {
     hp.max_grad_norm = tc.grad_clip;
     hp.step = step + 1;
     if (test_bug_active("adamw-no-bias-correction")) hp.step = int64_t{1} << 40;
-    const double grad_norm = numerics->optimizer_step(refs.data(), static_cast<int>(refs.size()), hp);
+    const double grad_norm =
+        zero1 ? dp->zero1_step(*numerics, hp)
+              : numerics->optimizer_step(refs.data(), static_cast<int>(refs.size()), hp);
     if (dump) dump->finish_step(step + 1, loss, grad_norm, layout, model->params());
 
     const double secs = std::chrono::duration<double>(Clock::now() - t0).count();
-    const double tokens = static_cast<double>(B) * T * accum;
+    const double tokens = static_cast<double>(B) * T * accum * world;
+    const double comm_wait = dp ? dp->take_wait_seconds() : 0.0;  // DP: blocked on peers
+    comm_wait_total += comm_wait;
+    step_time_total += secs;
     state.tokens_seen += tokens;
     const double tps = tokens / secs;
-    const double mfu = flops_per_token * tps / peak.fp32_flops;
+    const double mfu = flops_per_token * tps / (peak.fp32_flops * world);  // DP: W ranks' peak
     if (step > state.step || last_step - state.step == 1) {  // the first step warms caches
       step_tps.push_back(tps);
       step_mfu.push_back(mfu);
@@ -196,9 +273,10 @@ TrainResult run_training(const TrainOptions& opt) {
     fmt::print(metrics, "{}\n",
                nlohmann::json{{"step", step + 1}, {"loss", loss}, {"lr", hp.lr},
                               {"grad_norm", grad_norm}, {"ms", secs * 1e3},
-                              {"tokens_per_s", tps}, {"mfu", mfu}}.dump());
+                              {"tokens_per_s", tps}, {"mfu", mfu},
+                              {"comm_wait_ms", comm_wait * 1e3}}.dump());
     std::fflush(metrics);
-    if (!opt.quiet && ((step + 1) % std::max(1, tc.log_interval) == 0 || step == 0))
+    if (talk && ((step + 1) % std::max(1, tc.log_interval) == 0 || step == 0))
       progress.message(fmt::format(
           "step {:>6}/{} | loss {:.4f} | lr {:.3e} | norm {:.4f} | {:.1f} ms | {:.0f} tok/s | "
           "MFU {:.1f}%", step + 1, tc.steps, loss, hp.lr, grad_norm, secs * 1e3, tps, 100 * mfu));
@@ -215,7 +293,12 @@ TrainResult run_training(const TrainOptions& opt) {
   write_checkpoint(result.steps_done);
   result.tokens_per_s = median(step_tps);
   result.mfu = median(step_mfu);
-  if (!opt.quiet)
+  if (talk && dp)
+    fmt::print("data parallel: {:.1f}% of the step time blocked on communication; {:.1f} of {} "
+               "buckets per micro-step started while backward ran\n",
+               step_time_total > 0 ? 100 * comm_wait_total / step_time_total : 0.0,
+               dp->buckets_started_in_backward(), dp->bucket_count());
+  if (talk)
     fmt::print("done: {} steps, last loss {:.4f}, median {:.0f} tok/s, MFU {:.1f}%, checkpoint {}\n",
                result.steps_done, result.last_loss, result.tokens_per_s, 100 * result.mfu,
                result.checkpoint);
