@@ -69,6 +69,7 @@ void register_sample(CLI::App& app) {
   cmd->add_option("--tokenizer", o->tokenizer, "bytes | gpt2 (default: from the vocabulary size)");
   cmd->add_option("--vocab-dir", o->vocab_dir, "folder with encoder.json and vocab.bpe (gpt2)");
   cmd->add_option("--threads", o->threads, "threads (default: all cores)");
+  cmd->add_flag("!--no-kv-cache", o->s.kv_cache, "recompute the whole window for every token");
   cmd->callback([o] {
     set_thread_count(o->threads);
     LoadedModel lm = load_trained_model(o->checkpoint, o->config, 1, 0);

@@ -1,5 +1,6 @@
 #include "forge/model/gpt2.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 
@@ -78,6 +79,8 @@ Gpt2::Gpt2(const ModelConfig& config, int B, int T, Numerics& numerics)
   d_logits_ = take(N * Vp);
   tokens_.resize(N);
   targets_.resize(N);
+  kv_cache_.resize(static_cast<size_t>(L) * 2 * T * C);
+  decode_arena_.resize(align(C) * 6 + align(3 * C) + align(4 * C) * 2 + align(Vp) + align(T));
 
   StepShape shape;
   shape.B = B; shape.T = T; shape.C = C; shape.NH = config.n_head;
@@ -243,6 +246,64 @@ void Gpt2::backward(float dloss, float* grads) {
   // wpe rows beyond T receive no gradient.
   std::memset(grads + wpe_ + static_cast<size_t>(T) * C, 0,
               sizeof(float) * static_cast<size_t>(config_.block_size - T) * C);
+}
+
+const float* Gpt2::decode_step(int32_t token, int pos) {
+  const int C = config_.n_embd, NH = config_.n_head, hd = C / NH, Vp = config_.vocab_rows();
+  const float eps = static_cast<float>(config_.norm_eps);
+  FORGE_CHECK(pos < maxT_, "decode position {} beyond the planned context of {}", pos, maxT_);
+  FORGE_CHECK(token >= 0 && token < config_.vocab_size, "token {} outside the vocabulary", token);
+  float* P = params_.data();
+  auto align = [](size_t n) { return (n + 15) / 16 * 16; };
+  float* cursor = decode_arena_.data();
+  auto take = [&](size_t n) { float* p = cursor; cursor += align(n); return p; };
+  float *x = take(C), *ln = take(C), *y = take(C), *proj = take(C), *stats = take(C);
+  float *qkv = take(3 * C), *fc = take(4 * C), *gelu = take(4 * C), *logits = take(Vp);
+  float* scores = take(maxT_);
+  (void)take(C);
+  // x = wte[token] + wpe[pos]
+  for (int c = 0; c < C; ++c) x[c] = P[wte_ + static_cast<size_t>(token) * C + c] + P[wpe_ + static_cast<size_t>(pos) * C + c];
+  for (int l = 0; l < config_.n_layer; ++l) {
+    const LayerParams w = layer_params(P, l);
+    float* keys = kv_cache_.data() + static_cast<size_t>(l) * 2 * maxT_ * C;
+    float* values = keys + static_cast<size_t>(maxT_) * C;
+    nx_.layernorm_forward(ln, stats, stats + 1, x, w.ln1_w, w.ln1_b, 1, C, eps);
+    nx_.linear_forward(qkv, ln, w.qkv_w, w.qkv_b, 1, C, 3 * C);
+    std::memcpy(keys + static_cast<size_t>(pos) * C, qkv + C, sizeof(float) * C);
+    std::memcpy(values + static_cast<size_t>(pos) * C, qkv + 2 * C, sizeof(float) * C);
+    // One query against the cached keys: softmax(q k^T / sqrt(hd)) v, per head.
+    const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
+    for (int h = 0; h < NH; ++h) {
+      const float* q = qkv + h * hd;
+      float maxv = -INFINITY;
+      for (int s = 0; s <= pos; ++s) {
+        const float* k = keys + static_cast<size_t>(s) * C + h * hd;
+        float dot = 0;
+        for (int i = 0; i < hd; ++i) dot += q[i] * k[i];
+        scores[s] = dot * scale;
+        maxv = std::max(maxv, scores[s]);
+      }
+      float total = 0;
+      for (int s = 0; s <= pos; ++s) total += (scores[s] = std::exp(scores[s] - maxv));
+      float* out = y + h * hd;
+      for (int i = 0; i < hd; ++i) out[i] = 0;
+      for (int s = 0; s <= pos; ++s) {
+        const float p = scores[s] / total;
+        const float* v = values + static_cast<size_t>(s) * C + h * hd;
+        for (int i = 0; i < hd; ++i) out[i] += p * v[i];
+      }
+    }
+    nx_.linear_forward(proj, y, w.attn_proj_w, w.attn_proj_b, 1, C, C);
+    nx_.add(x, x, proj, C);
+    nx_.layernorm_forward(ln, stats, stats + 1, x, w.ln2_w, w.ln2_b, 1, C, eps);
+    nx_.linear_forward(fc, ln, w.fc_w, w.fc_b, 1, C, 4 * C);
+    nx_.gelu_forward(gelu, fc, 4 * C);
+    nx_.linear_forward(proj, gelu, w.mlp_proj_w, w.mlp_proj_b, 1, 4 * C, C);
+    nx_.add(x, x, proj, C);
+  }
+  nx_.layernorm_forward(ln, stats, stats + 1, x, P + lnf_w_, P + lnf_b_, 1, C, eps);
+  nx_.linear_forward(logits, ln, P + wte_, nullptr, 1, C, Vp);
+  return logits;
 }
 
 }  // namespace forge

@@ -31,6 +31,10 @@ class Gpt2 final : public Model {
 
   void set_recorder(ActivationRecorder* r) override { recorder_ = r; }
 
+  bool has_kv_cache() const override { return true; }
+  void reset_kv_cache() override {}
+  const float* decode_step(int32_t token, int pos) override;
+
  private:
   struct LayerParams {
     float *ln1_w, *ln1_b, *qkv_w, *qkv_b, *attn_proj_w, *attn_proj_b;
@@ -58,6 +62,9 @@ class Gpt2 final : public Model {
   std::vector<LayerActs> layers_;
   float *lnf_, *lnf_mean_, *lnf_rstd_, *logits_, *xent_saved_;
   float *d_res_, *d_tmp_, *d_ln_, *d_qkv_, *d_sdpa_, *d_fc_, *d_gelu_, *d_logits_;
+  // Decoding: keys and values of every layer for up to maxT_ positions, [L][2][maxT][C],
+  // and one token's activations.
+  FloatBuffer kv_cache_, decode_arena_;
   int B_ = 0, T_ = 0;
   bool has_targets_ = false;
   ActivationRecorder* recorder_ = nullptr;

@@ -40,6 +40,18 @@ class Model {
   // [B, T, Vp] logits of the last forward.
   virtual const float* logits() const = 0;
   virtual void set_recorder(ActivationRecorder* r) = 0;
+
+  // Incremental decoding with a key/value cache (sampling). A family without one returns
+  // false and generation recomputes the whole window for every token.
+  virtual bool has_kv_cache() const { return false; }
+  virtual void reset_kv_cache() {}
+  // Appends `token` at position `pos` (== tokens already cached) and returns the [Vp]
+  // logits that follow it.
+  virtual const float* decode_step(int32_t token, int pos) {
+    (void)token;
+    (void)pos;
+    return nullptr;
+  }
 };
 
 // Builds the model of config.family with buffers planned for B x T micro-batches.

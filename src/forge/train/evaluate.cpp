@@ -35,11 +35,25 @@ std::vector<int32_t> generate(Model& model, std::vector<int32_t> tokens, int T,
   Rng rng(opt.seed);
   std::vector<float> probs(V);
   std::vector<int32_t> order(V);
-  for (int i = 0; i < opt.max_new_tokens; ++i) {
+  const bool cached = opt.kv_cache && model.has_kv_cache();
+  int in_cache = 0;  // tokens of the current window already in the cache
+  // Feeds the window (the last min(size, T) tokens) to the cache from scratch.
+  auto prefill = [&]() -> const float* {
+    model.reset_kv_cache();
     const int ctx = std::min<int>(static_cast<int>(tokens.size()), T);
     const int32_t* window = tokens.data() + tokens.size() - ctx;
-    model.forward(window, nullptr, 1, ctx);
-    const float* logits = model.logits() + static_cast<size_t>(ctx - 1) * Vp;
+    const float* l = nullptr;
+    for (int i = 0; i < ctx; ++i) l = model.decode_step(window[i], i);
+    in_cache = ctx;
+    return l;
+  };
+  const float* logits = cached ? prefill() : nullptr;
+  for (int i = 0; i < opt.max_new_tokens; ++i) {
+    if (!cached) {
+      const int ctx = std::min<int>(static_cast<int>(tokens.size()), T);
+      model.forward(tokens.data() + tokens.size() - ctx, nullptr, 1, ctx);
+      logits = model.logits() + static_cast<size_t>(ctx - 1) * Vp;
+    }
     int32_t next = 0;
     if (opt.temperature <= 0) {
       next = static_cast<int32_t>(std::max_element(logits, logits + V) - logits);
@@ -67,6 +81,10 @@ std::vector<int32_t> generate(Model& model, std::vector<int32_t> tokens, int T,
     }
     tokens.push_back(next);
     on_token(next);
+    if (cached && i + 1 < opt.max_new_tokens) {
+      // A full window slides by one: positions change, so the cache is rebuilt.
+      logits = in_cache < T ? model.decode_step(next, in_cache++) : prefill();
+    }
   }
   return tokens;
 }

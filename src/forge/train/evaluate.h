@@ -19,10 +19,12 @@ struct SampleOptions {
   double temperature = 1.0;  // 0 = greedy
   int top_k = 0;             // 0 = whole vocabulary
   uint64_t seed = 42;
+  bool kv_cache = true;      // incremental decoding where the model family has a cache
 };
 
 // Appends up to max_new_tokens to the prompt, calling on_token for each one as it is made.
-// The context window slides when it exceeds the model's planned T.
+// The context window slides when it exceeds the model's planned T. With a KV cache each
+// new token costs one token's forward pass; without, the whole window is recomputed.
 std::vector<int32_t> generate(Model& model, std::vector<int32_t> prompt, int T,
                               const SampleOptions& options,
                               const std::function<void(int32_t)>& on_token);
