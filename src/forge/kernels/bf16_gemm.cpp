@@ -1,0 +1,203 @@
+#include "forge/kernels/bf16_gemm.h"
+
+#include <immintrin.h>
+#include <omp.h>
+
+#include <algorithm>
+#include <cstddef>
+
+#include "forge/kernels/cpu/dispatch.h"
+#include "forge/kernels/gemm.h"
+
+namespace forge::kernels {
+
+namespace scalar {
+
+template <typename Real>
+void bf16_linear_forward(Real* out, const float* inp, const float* weight, const float* bias,
+                         int N, int IC, int OC) {
+  for (int n = 0; n < N; ++n)
+    for (int o = 0; o < OC; ++o) {
+      Real acc = bias ? Real(bias[o]) : Real(0);
+      for (int i = 0; i < IC; ++i)
+        acc += Real(bf16_round(inp[static_cast<size_t>(n) * IC + i])) *
+               Real(bf16_round(weight[static_cast<size_t>(o) * IC + i]));
+      out[static_cast<size_t>(n) * OC + o] = acc;
+    }
+}
+
+template <typename Real>
+void bf16_linear_backward(Real* dinp, Real* dweight, Real* dbias, const float* dout,
+                          const float* inp, const float* weight, int N, int IC, int OC) {
+  auto g = [&](int n, int o) { return Real(bf16_round(dout[static_cast<size_t>(n) * OC + o])); };
+  if (dinp)
+    for (int n = 0; n < N; ++n)
+      for (int i = 0; i < IC; ++i) {
+        Real acc = 0;
+        for (int o = 0; o < OC; ++o)
+          acc += g(n, o) * Real(bf16_round(weight[static_cast<size_t>(o) * IC + i]));
+        dinp[static_cast<size_t>(n) * IC + i] = acc;
+      }
+  for (int o = 0; o < OC; ++o)
+    for (int i = 0; i < IC; ++i) {
+      Real acc = 0;
+      for (int n = 0; n < N; ++n)
+        acc += g(n, o) * Real(bf16_round(inp[static_cast<size_t>(n) * IC + i]));
+      dweight[static_cast<size_t>(o) * IC + i] = acc;
+    }
+  // The bias gradient sums the unrounded fp32 gradient: it is no matmul operand.
+  if (dbias)
+    for (int o = 0; o < OC; ++o) {
+      Real acc = 0;
+      for (int n = 0; n < N; ++n) acc += Real(dout[static_cast<size_t>(n) * OC + o]);
+      dbias[o] = acc;
+    }
+}
+
+template void bf16_linear_forward<double>(double*, const float*, const float*, const float*, int,
+                                          int, int);
+template void bf16_linear_backward<double>(double*, double*, double*, const float*, const float*,
+                                           const float*, int, int, int);
+
+}  // namespace scalar
+
+namespace cpu {
+
+namespace {
+
+// The rounding is memory-bound; below this many elements a thread team costs more than it saves.
+constexpr size_t kParallelMin = size_t{1} << 16;
+
+// 8 lanes of scalar::bf16_bits, left in the high half of each 32-bit lane (the low half zero),
+// i.e. the bf16 value as an fp32 bit pattern.
+__attribute__((target("avx2"))) inline __m256i round_lanes_avx2(__m256 x) {
+  const __m256i u = _mm256_castps_si256(x);
+  const __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(1));
+  const __m256i rounded =
+      _mm256_add_epi32(_mm256_add_epi32(u, _mm256_set1_epi32(0x7fff)), lsb);
+  // NaN: carrying into the exponent could turn a NaN whose payload sits in the low bits into
+  // Inf, so NaNs take the truncated value with the quiet bit set instead.
+  const __m256i nan = _mm256_castps_si256(_mm256_cmp_ps(x, x, _CMP_UNORD_Q));
+  const __m256i quiet = _mm256_or_si256(u, _mm256_set1_epi32(0x00400000));
+  const __m256i r = _mm256_blendv_epi8(rounded, quiet, nan);
+  return _mm256_and_si256(r, _mm256_set1_epi32(static_cast<int>(0xffff0000u)));
+}
+
+__attribute__((target("avx2"))) void round_bf16_avx2(float* out, const float* in, size_t n) {
+  size_t i = 0;
+  for (; i + 8 <= n; i += 8)
+    _mm256_storeu_ps(out + i,
+                     _mm256_castsi256_ps(round_lanes_avx2(_mm256_loadu_ps(in + i))));
+  for (; i < n; ++i) out[i] = scalar::bf16_round(in[i]);
+}
+
+__attribute__((target("avx2"))) void to_bf16_avx2(uint16_t* out, const float* in, size_t n) {
+  size_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    const __m256i a = _mm256_srli_epi32(round_lanes_avx2(_mm256_loadu_ps(in + i)), 16);
+    const __m256i b = _mm256_srli_epi32(round_lanes_avx2(_mm256_loadu_ps(in + i + 8)), 16);
+    // packus works per 128-bit lane: a0 b0 a1 b1 -> restore a0 a1 b0 b1.
+    const __m256i packed = _mm256_permute4x64_epi64(_mm256_packus_epi32(a, b), 0xd8);
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + i), packed);
+  }
+  for (; i < n; ++i) out[i] = scalar::bf16_bits(in[i]);
+}
+
+void round_bf16_generic(float* out, const float* in, size_t n) {
+  for (size_t i = 0; i < n; ++i) out[i] = scalar::bf16_round(in[i]);
+}
+
+void to_bf16_generic(uint16_t* out, const float* in, size_t n) {
+  for (size_t i = 0; i < n; ++i) out[i] = scalar::bf16_bits(in[i]);
+}
+
+bool use_avx2() { return active_isa() != Isa::kGeneric; }
+
+// Splits [0, n) over the OpenMP team in chunks of whole cache lines.
+template <typename F>
+void parallel_chunks(size_t n, F&& f) {
+  if (n < kParallelMin) {
+    f(size_t{0}, n);
+    return;
+  }
+#pragma omp parallel
+  {
+    const size_t parts = static_cast<size_t>(omp_get_num_threads());
+    const size_t id = static_cast<size_t>(omp_get_thread_num());
+    const size_t per = ((n + parts - 1) / parts + 15) / 16 * 16;
+    const size_t lo = std::min(n, id * per), hi = std::min(n, lo + per);
+    if (lo < hi) f(lo, hi);
+  }
+}
+
+}  // namespace
+
+void round_bf16(float* out, const float* in, size_t n) {
+  const bool avx2 = use_avx2();
+  parallel_chunks(n, [&](size_t lo, size_t hi) {
+    if (avx2)
+      round_bf16_avx2(out + lo, in + lo, hi - lo);
+    else
+      round_bf16_generic(out + lo, in + lo, hi - lo);
+  });
+}
+
+void to_bf16(uint16_t* out, const float* in, size_t n) {
+  const bool avx2 = use_avx2();
+  parallel_chunks(n, [&](size_t lo, size_t hi) {
+    if (avx2)
+      to_bf16_avx2(out + lo, in + lo, hi - lo);
+    else
+      to_bf16_generic(out + lo, in + lo, hi - lo);
+  });
+}
+
+size_t bf16_linear_scratch_floats(int N, int IC, int OC) {
+  const size_t n = static_cast<size_t>(N), ic = static_cast<size_t>(IC),
+               oc = static_cast<size_t>(OC);
+  return n * ic + n * oc + oc * ic;
+}
+
+void bf16_linear_forward(float* out, const float* inp, const float* weight, const float* bias,
+                         int N, int IC, int OC, float* scratch) {
+  const size_t n = static_cast<size_t>(N), ic = static_cast<size_t>(IC),
+               oc = static_cast<size_t>(OC);
+  float* xb = scratch;
+  float* wb = scratch + n * ic;
+  round_bf16(xb, inp, n * ic);
+  round_bf16(wb, weight, oc * ic);
+  float beta = 0.0f;
+  if (bias) {
+    for (size_t r = 0; r < n; ++r) std::copy(bias, bias + oc, out + r * oc);
+    beta = 1.0f;
+  }
+  gemm(false, true, N, OC, IC, xb, IC, wb, IC, beta, out, OC);
+}
+
+void bf16_linear_backward(float* dinp, float* dweight, float* dbias, const float* dout,
+                          const float* inp, const float* weight, int N, int IC, int OC,
+                          float* scratch) {
+  const size_t n = static_cast<size_t>(N), ic = static_cast<size_t>(IC),
+               oc = static_cast<size_t>(OC);
+  float* gb = scratch;
+  float* xb = gb + n * oc;
+  float* wb = xb + n * ic;
+  round_bf16(gb, dout, n * oc);
+  if (dinp) {
+    round_bf16(wb, weight, oc * ic);
+    gemm(false, false, N, IC, OC, gb, OC, wb, IC, 0.0f, dinp, IC);  // dout @ W
+  }
+  round_bf16(xb, inp, n * ic);
+  gemm(true, false, OC, IC, N, gb, OC, xb, IC, 0.0f, dweight, IC);  // dout^T @ inp
+  // The bias gradient sums the unrounded fp32 gradient: it is no matmul operand.
+  if (dbias) {
+    std::fill(dbias, dbias + oc, 0.0f);
+    for (size_t r = 0; r < n; ++r) {
+      const float* g = dout + r * oc;
+      for (size_t o = 0; o < oc; ++o) dbias[o] += g[o];
+    }
+  }
+}
+
+}  // namespace cpu
+}  // namespace forge::kernels

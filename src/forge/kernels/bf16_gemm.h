@@ -1,0 +1,73 @@
+// bf16 matmul operands with fp32 accumulation, on CPUs with or without bf16 instructions.
+//
+// A product of two bf16 values (8-bit significands) is exact in fp32 (24-bit significand), so
+// an fp32 FMA GEMM over operands rounded to bf16 computes exactly what a bf16 dot-product
+// unit with fp32 accumulation (avx512_bf16 VDPBF16PS, AMX) computes, up to the order of the
+// fp32 sums. That is how these kernels run on AVX2: operands are rounded (round to nearest
+// even, as torch's fp32->bf16 cast does) into caller-owned fp32 scratch, then the fp32 GEMM
+// of kernels/gemm.h does the work. Accumulators, biases and outputs stay fp32.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+
+namespace forge::kernels {
+
+namespace scalar {
+
+// fp32 -> bf16 bits, round to nearest, ties to even; NaN stays NaN (quietened, sign kept),
+// +-Inf stays Inf, values past the largest bf16 round to Inf, denormals round like any other
+// value (bf16 has fp32's exponent range, so they stay denormal or round up into the normals).
+inline uint16_t bf16_bits(float x) {
+  uint32_t u;
+  std::memcpy(&u, &x, sizeof u);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((u >> 16) | 0x0040u);
+  u += 0x7fffu + ((u >> 16) & 1u);
+  return static_cast<uint16_t>(u >> 16);
+}
+
+inline float bf16_to_float(uint16_t b) {
+  const uint32_t u = static_cast<uint32_t>(b) << 16;
+  float x;
+  std::memcpy(&x, &u, sizeof x);
+  return x;
+}
+
+// x rounded to the nearest bf16, as an fp32 value.
+inline float bf16_round(float x) { return bf16_to_float(bf16_bits(x)); }
+
+// The bf16 linear layer's math on Real (float64 in the tests): the operands of every
+// product are first rounded to bf16 (inp, weight, dout), biases and the bias gradient are not.
+// Same shapes and conventions as kernels/linear.h; outputs overwritten; dinp, bias, dbias may
+// be null.
+template <typename Real>
+void bf16_linear_forward(Real* out, const float* inp, const float* weight, const float* bias,
+                         int N, int IC, int OC);
+template <typename Real>
+void bf16_linear_backward(Real* dinp, Real* dweight, Real* dbias, const float* dout,
+                          const float* inp, const float* weight, int N, int IC, int OC);
+
+}  // namespace scalar
+
+namespace cpu {
+
+// out[i] = bf16_round(in[i]); out may alias in. AVX2 when the CPU has it.
+void round_bf16(float* out, const float* in, size_t n);
+// out[i] = bf16_bits(in[i]): the packed form (half the bytes) for bf16 dot-product units.
+void to_bf16(uint16_t* out, const float* in, size_t n);
+
+// Scratch the two linear kernels need, in floats, for shapes up to N x IC x OC.
+size_t bf16_linear_scratch_floats(int N, int IC, int OC);
+
+// kernels/linear.h's forward and backward with bf16-rounded operands, fp32 accumulation.
+// scratch: bf16_linear_scratch_floats(N, IC, OC) floats, not aliasing any argument.
+void bf16_linear_forward(float* out, const float* inp, const float* weight, const float* bias,
+                         int N, int IC, int OC, float* scratch);
+void bf16_linear_backward(float* dinp, float* dweight, float* dbias, const float* dout,
+                          const float* inp, const float* weight, int N, int IC, int OC,
+                          float* scratch);
+
+}  // namespace cpu
+
+}  // namespace forge::kernels

@@ -1,0 +1,176 @@
+// The `bf16` profile: the linear layers' matmuls take bf16 operands (inputs, weights and
+// output gradients rounded to nearest even) and accumulate in fp32; everything else -- norms,
+// softmax, attention, GELU, the loss, the fp32 master weights and AdamW state -- is the
+// `fast` profile's, to which this class forwards. See kernels/bf16_gemm.h for why an fp32
+// GEMM over rounded operands is exactly a bf16 dot product with fp32 accumulation.
+#include <algorithm>
+#include <initializer_list>
+#include <memory>
+#include <vector>
+
+#include "forge/core/error.h"
+#include "forge/kernels/bf16_gemm.h"
+#include "forge/numerics/profiles.h"
+
+namespace forge {
+
+namespace {
+
+namespace k = kernels::cpu;
+
+class Bf16Numerics final : public Numerics {
+ public:
+  Bf16Numerics() : fast_(make_fast_numerics()) {}
+
+  std::string name() const override { return "bf16"; }
+
+  void plan(const StepShape& s) override {
+    fast_->plan(s);
+    // The scratch holds the rounded operands of the largest linear layer the models build
+    // (gpt2.cpp, llama.cpp); sized per (in, out) pair, not max(in) x max(out), since the
+    // classifier's Vp x C would otherwise be multiplied by the MLP width.
+    const int hd = s.head_dim > 0 ? s.head_dim : (s.NH > 0 ? s.C / s.NH : 0);
+    const int kvh = s.n_kv_head > 0 ? s.n_kv_head : s.NH;
+    const int ffn = std::max(s.ffn, 4 * s.C);
+    const int dq = s.NH * hd, dkv = kvh * hd;
+    const int rows = s.B * s.T;
+    size_t need = 0;
+    for (int oc : {s.C, 3 * s.C, ffn, 2 * ffn, s.Vp, dq, dkv, dq + 2 * dkv})
+      need = std::max(need, k::bf16_linear_scratch_floats(rows, s.C, oc));
+    for (int ic : {ffn, dq}) need = std::max(need, k::bf16_linear_scratch_floats(rows, ic, s.C));
+    scratch_.assign(need, 0.0f);
+  }
+
+  void embedding_forward(float* out, const int32_t* tokens, const float* wte, const float* wpe,
+                         int B, int T, int C) override {
+    fast_->embedding_forward(out, tokens, wte, wpe, B, T, C);
+  }
+  void embedding_backward(float* dwte, float* dwpe, const float* dout, const int32_t* tokens,
+                          int B, int T, int C) override {
+    fast_->embedding_backward(dwte, dwpe, dout, tokens, B, T, C);
+  }
+
+  void layernorm_forward(float* out, float* mean, float* rstd, const float* inp,
+                         const float* weight, const float* bias, int N, int C,
+                         float eps) override {
+    fast_->layernorm_forward(out, mean, rstd, inp, weight, bias, N, C, eps);
+  }
+  void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* dout,
+                          const float* inp, const float* weight, const float* mean,
+                          const float* rstd, int N, int C) override {
+    fast_->layernorm_backward(dinp, dweight, dbias, dout, inp, weight, mean, rstd, N, C);
+  }
+
+  void linear_forward(float* out, const float* inp, const float* weight, const float* bias, int N,
+                      int IC, int OC) override {
+    k::bf16_linear_forward(out, inp, weight, bias, N, IC, OC, scratch_for(N, IC, OC));
+  }
+  void linear_backward(float* dinp, float* dweight, float* dbias, const float* dout,
+                       const float* inp, const float* weight, int N, int IC, int OC) override {
+    k::bf16_linear_backward(dinp, dweight, dbias, dout, inp, weight, N, IC, OC,
+                            scratch_for(N, IC, OC));
+  }
+
+  size_t attention_saved_floats(int B, int T, int C, int NH) const override {
+    return fast_->attention_saved_floats(B, T, C, NH);
+  }
+  void attention_forward(float* out, float* saved, const float* qkv, int B, int T, int C,
+                         int NH) override {
+    fast_->attention_forward(out, saved, qkv, B, T, C, NH);
+  }
+  void attention_backward(float* dqkv, const float* dout, const float* qkv, const float* out,
+                          const float* saved, int B, int T, int C, int NH) override {
+    fast_->attention_backward(dqkv, dout, qkv, out, saved, B, T, C, NH);
+  }
+
+  void gelu_forward(float* out, const float* inp, size_t n) override {
+    fast_->gelu_forward(out, inp, n);
+  }
+  void gelu_backward(float* dinp, const float* inp, const float* dout, size_t n) override {
+    fast_->gelu_backward(dinp, inp, dout, n);
+  }
+
+  void add(float* out, const float* a, const float* b, size_t n) override {
+    fast_->add(out, a, b, n);
+  }
+  void add_inplace(float* acc, const float* x, size_t n) override {
+    fast_->add_inplace(acc, x, n);
+  }
+
+  size_t classifier_saved_floats(int N, int V, int Vp) const override {
+    return fast_->classifier_saved_floats(N, V, Vp);
+  }
+  float cross_entropy_forward(float* saved, const float* logits, const int32_t* targets, int N,
+                              int V, int Vp) override {
+    return fast_->cross_entropy_forward(saved, logits, targets, N, V, Vp);
+  }
+  void cross_entropy_backward(float* dlogits, const float* logits, const float* saved,
+                              const int32_t* targets, int N, int V, int Vp,
+                              float dloss) override {
+    fast_->cross_entropy_backward(dlogits, logits, saved, targets, N, V, Vp, dloss);
+  }
+
+  void rmsnorm_forward(float* out, float* rstd, const float* inp, const float* weight, int N,
+                       int C, float eps) override {
+    fast_->rmsnorm_forward(out, rstd, inp, weight, N, C, eps);
+  }
+  void rmsnorm_backward(float* dinp, float* dweight, const float* dout, const float* inp,
+                        const float* weight, const float* rstd, int N, int C) override {
+    fast_->rmsnorm_backward(dinp, dweight, dout, inp, weight, rstd, N, C);
+  }
+  void rope_tables(float* cos, float* sin, int T, int hd, double theta) override {
+    fast_->rope_tables(cos, sin, T, hd, theta);
+  }
+  void rope_forward(float* out, const float* inp, const float* cos, const float* sin, int B,
+                    int T, int n_heads, int hd) override {
+    fast_->rope_forward(out, inp, cos, sin, B, T, n_heads, hd);
+  }
+  void rope_backward(float* dinp, const float* dout, const float* cos, const float* sin, int B,
+                     int T, int n_heads, int hd) override {
+    fast_->rope_backward(dinp, dout, cos, sin, B, T, n_heads, hd);
+  }
+  void swiglu_forward(float* out, const float* gate, const float* up, size_t n) override {
+    fast_->swiglu_forward(out, gate, up, n);
+  }
+  void swiglu_backward(float* dgate, float* dup, const float* dout, const float* gate,
+                       const float* up, size_t n) override {
+    fast_->swiglu_backward(dgate, dup, dout, gate, up, n);
+  }
+  size_t gqa_attention_saved_floats(int B, int T, int NH, int KVH, int hd) const override {
+    return fast_->gqa_attention_saved_floats(B, T, NH, KVH, hd);
+  }
+  void gqa_attention_forward(float* out, float* saved, const float* q, const float* k,
+                             const float* v, int B, int T, int NH, int KVH, int hd) override {
+    fast_->gqa_attention_forward(out, saved, q, k, v, B, T, NH, KVH, hd);
+  }
+  void gqa_attention_backward(float* dq, float* dk, float* dv, const float* dout, const float* q,
+                              const float* k, const float* v, const float* out,
+                              const float* saved, int B, int T, int NH, int KVH,
+                              int hd) override {
+    fast_->gqa_attention_backward(dq, dk, dv, dout, q, k, v, out, saved, B, T, NH, KVH, hd);
+  }
+
+  double optimizer_step(ParamRef* params, int count, const OptimizerStep& hp) override {
+    return fast_->optimizer_step(params, count, hp);
+  }
+
+ private:
+  // The planned scratch; a shape plan() did not foresee is a bug in the caller, reported
+  // rather than silently allocating inside a step.
+  float* scratch_for(int N, int IC, int OC) {
+    const size_t need = k::bf16_linear_scratch_floats(N, IC, OC);
+    if (need > scratch_.size())
+      fail("numerics 'bf16': linear layer {}x{}x{} needs {} scratch floats, plan() reserved {}",
+           N, IC, OC, need, scratch_.size());
+    return scratch_.data();
+  }
+
+  std::unique_ptr<Numerics> fast_;
+  std::vector<float> scratch_;
+};
+
+}  // namespace
+
+std::unique_ptr<Numerics> make_bf16_numerics() { return std::make_unique<Bf16Numerics>(); }
+
+}  // namespace forge

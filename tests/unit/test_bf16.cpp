@@ -1,0 +1,254 @@
+// The bf16 kernels: fp32->bf16 rounding against an independent round-to-nearest-even
+// reference, and the bf16 linear layer against float64 math over the bf16-rounded operands.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <functional>
+#include <limits>
+#include <random>
+#include <vector>
+
+#include "forge/core/error.h"
+#include "forge/kernels/bf16_gemm.h"
+#include "forge/kernels/cpu/dispatch.h"
+#include "forge/kernels/linear.h"
+#include "forge/numerics/numerics.h"
+
+namespace {
+
+namespace scalar = forge::kernels::scalar;
+namespace cpu = forge::kernels::cpu;
+
+using Floats = std::vector<float>;
+using Doubles = std::vector<double>;
+
+float from_bits(uint32_t u) {
+  float x;
+  std::memcpy(&x, &u, sizeof x);
+  return x;
+}
+uint32_t to_bits(float x) {
+  uint32_t u;
+  std::memcpy(&u, &x, sizeof u);
+  return u;
+}
+
+// Round to nearest even by value, not by bit tricks: of the two bf16 values that bracket x
+// (its truncation and the next one away from zero), take the nearer in exact double
+// arithmetic, the one with an even last bit on a tie. NaN must stay NaN.
+bool is_nan_bits(uint16_t b) { return (b & 0x7f80u) == 0x7f80u && (b & 0x007fu) != 0; }
+uint16_t reference_bits(float x) {
+  const uint32_t u = to_bits(x);
+  const uint16_t lo = static_cast<uint16_t>(u >> 16);
+  if (std::isnan(x) || std::isinf(x) || (u & 0xffffu) == 0) return lo;
+  const uint16_t hi = static_cast<uint16_t>(lo + 1);  // next magnitude up (may be Inf)
+  const double dlo = std::fabs(double(x) - double(scalar::bf16_to_float(lo)));
+  // Past the largest finite bf16 the upper neighbour is Inf; IEEE rounding treats it as
+  // the value one ulp above (2^128 in magnitude).
+  const double hi_val = (hi & 0x7fffu) == 0x7f80u ? std::ldexp(1.0, 128) : std::fabs(double(scalar::bf16_to_float(hi)));
+  const double dhi = std::fabs(std::fabs(double(x)) - hi_val);
+  if (dlo < dhi) return lo;
+  if (dhi < dlo) return hi;
+  return (lo & 1u) ? hi : lo;
+}
+
+void expect_same_bits(uint16_t got, uint16_t want, float x) {
+  if (is_nan_bits(want) || std::isnan(x)) {
+    EXPECT_TRUE(is_nan_bits(got)) << std::hex << "x bits 0x" << to_bits(x) << " got 0x" << got;
+    EXPECT_EQ(got & 0x8000u, to_bits(x) >> 31 << 15) << "NaN sign kept";
+  } else {
+    EXPECT_EQ(got, want) << std::hex << "x bits 0x" << to_bits(x);
+  }
+}
+
+TEST(Bf16, RoundingKnownValues) {
+  struct Case {
+    uint32_t in;
+    uint16_t out;
+  };
+  const Case cases[] = {
+      {0x3f800000u, 0x3f80u},  // 1.0 exact
+      {0x3f808000u, 0x3f80u},  // tie between 1 and 1+2^-7: even (down)
+      {0x3f818000u, 0x3f82u},  // tie, odd lower neighbour: up
+      {0x3f808001u, 0x3f81u},  // just above the tie: up
+      {0x3f807fffu, 0x3f80u},  // just below the tie: down
+      {0xbf818000u, 0xbf82u},  // negative tie rounds by magnitude
+      {0x80000000u, 0x8000u},  // -0 stays -0
+      {0x00008000u, 0x0000u},  // denormal tie to even zero
+      {0x00018000u, 0x0002u},  // denormal tie, odd: up
+      {0x007fffffu, 0x0080u},  // largest denormal rounds up to the smallest normal
+      {0x7f7fffffu, 0x7f80u},  // FLT_MAX is past the largest bf16: Inf
+      {0x7f7f7fffu, 0x7f7fu},  // largest bf16 region, below the tie: stays finite
+      {0x7f800000u, 0x7f80u},  // +Inf
+      {0xff800000u, 0xff80u},  // -Inf
+  };
+  for (const Case& c : cases) {
+    EXPECT_EQ(scalar::bf16_bits(from_bits(c.in)), c.out) << std::hex << "in 0x" << c.in;
+    EXPECT_EQ(reference_bits(from_bits(c.in)), c.out) << std::hex << "reference, in 0x" << c.in;
+  }
+  // NaNs whose payload lies only in the low 16 bits must not turn into Inf.
+  for (uint32_t nan : {0x7f800001u, 0xff800001u, 0x7fc00000u, 0x7f80ffffu, 0xffffffffu}) {
+    const uint16_t b = scalar::bf16_bits(from_bits(nan));
+    EXPECT_TRUE(is_nan_bits(b)) << std::hex << "in 0x" << nan << " out 0x" << b;
+    EXPECT_EQ(b >> 15, nan >> 31);
+  }
+}
+
+// Every high half with a set of low halves (zero, ties, just off ties, extremes, random):
+// all exponents, signs, denormals, NaNs and Infs, through every path of the rounding.
+Floats rounding_inputs() {
+  std::mt19937 rng(7);
+  Floats v;
+  for (uint32_t hi = 0; hi < 0x10000u; ++hi)
+    for (uint32_t lo : {0x0000u, 0x0001u, 0x7fffu, 0x8000u, 0x8001u, 0xffffu,
+                        static_cast<uint32_t>(rng() & 0xffffu)})
+      v.push_back(from_bits(hi << 16 | lo));
+  return v;
+}
+
+void for_each_isa(const std::function<void()>& body) {
+  using forge::kernels::cpu::Isa;
+  const Isa saved = cpu::active_isa();
+  for (Isa isa : {Isa::kAvx512, Isa::kAvx2, Isa::kGeneric}) {
+    if (static_cast<int>(isa) > static_cast<int>(cpu::detected_isa())) continue;
+    SCOPED_TRACE(testing::Message() << "isa=" << cpu::isa_name(isa));
+    cpu::set_active_isa(isa);
+    body();
+  }
+  cpu::set_active_isa(saved);
+}
+
+TEST(Bf16, RoundingMatchesReferenceOnAllExponents) {
+  const Floats in = rounding_inputs();
+  for (size_t i = 0; i < in.size(); ++i) {
+    expect_same_bits(scalar::bf16_bits(in[i]), reference_bits(in[i]), in[i]);
+    if (HasFailure()) return;  // one diagnosis, not half a million
+  }
+  for_each_isa([&] {
+    // Awkward lengths: vector tails, and large enough for the threaded split.
+    for (size_t n : {size_t{1}, size_t{7}, size_t{15}, size_t{17}, size_t{4099}, in.size()}) {
+      SCOPED_TRACE(testing::Message() << "n=" << n);
+      Floats rounded(n + 1, -3.0f);
+      std::vector<uint16_t> bits(n + 1, 0x1234u);
+      cpu::round_bf16(rounded.data(), in.data(), n);
+      cpu::to_bf16(bits.data(), in.data(), n);
+      for (size_t i = 0; i < n; ++i) {
+        const uint16_t want = scalar::bf16_bits(in[i]);
+        expect_same_bits(bits[i], want, in[i]);
+        const uint32_t r = to_bits(rounded[i]);
+        EXPECT_EQ(r & 0xffffu, 0u);
+        expect_same_bits(static_cast<uint16_t>(r >> 16), want, in[i]);
+        if (HasFailure()) return;
+      }
+      EXPECT_EQ(rounded[n], -3.0f) << "wrote past the end";
+      EXPECT_EQ(bits[n], 0x1234u) << "wrote past the end";
+    }
+    // In place.
+    Floats inplace(in.begin(), in.begin() + 4099);
+    cpu::round_bf16(inplace.data(), inplace.data(), inplace.size());
+    for (size_t i = 0; i < inplace.size(); ++i)
+      expect_same_bits(static_cast<uint16_t>(to_bits(inplace[i]) >> 16),
+                       scalar::bf16_bits(in[i]), in[i]);
+  });
+}
+
+// --- linear ---------------------------------------------------------------------------
+
+Floats random_floats(size_t n, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> dist(0.0f, 1.0f);
+  Floats v(n);
+  for (auto& x : v) x = dist(rng);
+  return v;
+}
+
+double rel_l2(const Floats& a, const Doubles& b) {
+  EXPECT_EQ(a.size(), b.size());
+  double num = 0.0, den = 0.0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    EXPECT_TRUE(std::isfinite(a[i])) << "element " << i;
+    num += (a[i] - b[i]) * (a[i] - b[i]);
+    den += b[i] * b[i];
+  }
+  return std::sqrt(num / std::max(den, 1e-300));
+}
+
+// The products are exact, so only fp32 accumulation separates the kernel from float64: the
+// same few-ulp bound as the fp32 kernels' tests.
+constexpr double kTol = 2e-6;
+// bf16 keeps 8 significant bits: rounding moves a random dot product by ~2^-9 relative.
+// Above this, the result provably used rounded operands, not the fp32 inputs.
+constexpr double kRoundingVisible = 3e-4;
+
+void check_bf16_linear(int N, int IC, int OC, bool with_bias, bool with_dinp) {
+  SCOPED_TRACE(testing::Message() << "N=" << N << " IC=" << IC << " OC=" << OC
+                                  << " bias=" << with_bias << " dinp=" << with_dinp);
+  const Floats x = random_floats(size_t(N) * IC, 40), w = random_floats(size_t(OC) * IC, 41),
+               b = random_floats(OC, 42), dout = random_floats(size_t(N) * OC, 43);
+  Floats out(size_t(N) * OC), dx(size_t(N) * IC, 5.0f), dw(size_t(OC) * IC, 5.0f), db(OC, 5.0f);
+  Floats scratch(cpu::bf16_linear_scratch_floats(N, IC, OC), 0.0f);
+  const float* bias = with_bias ? b.data() : nullptr;
+  cpu::bf16_linear_forward(out.data(), x.data(), w.data(), bias, N, IC, OC, scratch.data());
+  cpu::bf16_linear_backward(with_dinp ? dx.data() : nullptr, dw.data(),
+                            with_bias ? db.data() : nullptr, dout.data(), x.data(), w.data(), N,
+                            IC, OC, scratch.data());
+  Doubles out64(size_t(N) * OC), dx64(size_t(N) * IC), dw64(size_t(OC) * IC), db64(OC);
+  scalar::bf16_linear_forward(out64.data(), x.data(), w.data(), bias, N, IC, OC);
+  scalar::bf16_linear_backward(dx64.data(), dw64.data(), db64.data(), dout.data(), x.data(),
+                               w.data(), N, IC, OC);
+  EXPECT_LT(rel_l2(out, out64), kTol);
+  EXPECT_LT(rel_l2(dw, dw64), kTol);
+  if (with_dinp)
+    EXPECT_LT(rel_l2(dx, dx64), kTol);
+  else
+    EXPECT_EQ(dx, Floats(size_t(N) * IC, 5.0f));  // null dinp: nothing written
+  if (with_bias)
+    EXPECT_LT(rel_l2(db, db64), kTol);
+  else
+    EXPECT_EQ(db, Floats(OC, 5.0f));
+
+  // The float64 reference on unrounded operands must be visibly different from the bf16
+  // result: otherwise this test would pass for a kernel that never rounds.
+  Doubles plain(size_t(N) * OC);
+  const Doubles x64(x.begin(), x.end()), w64(w.begin(), w.end()), b64(b.begin(), b.end());
+  forge::kernels::scalar::linear_forward(plain.data(), x64.data(), w64.data(),
+                                         with_bias ? b64.data() : nullptr, N, IC, OC);
+  EXPECT_GT(rel_l2(out, plain), kRoundingVisible);
+}
+
+TEST(Bf16, LinearMatchesFloat64OnRoundedOperands) {
+  check_bf16_linear(7 * 13, 37, 111, true, true);
+  check_bf16_linear(7 * 13, 37, 61, false, true);
+  check_bf16_linear(53, 101, 37, true, false);
+  check_bf16_linear(1, 3, 1, true, true);
+  // Large enough for the threaded rounding and the GEMM's blocked paths (K > 256).
+  check_bf16_linear(300, 257, 129, true, true);
+}
+
+TEST(Bf16, ProfileUsesBf16LinearAndFailsOnUnplannedShapes) {
+  auto nx = forge::make_numerics("bf16");
+  EXPECT_EQ(nx->name(), "bf16");
+  forge::StepShape s;
+  s.B = 2; s.T = 5; s.C = 12; s.NH = 3; s.V = 30; s.Vp = 32; s.L = 1;
+  s.n_kv_head = 3; s.head_dim = 4; s.ffn = 48;
+  nx->plan(s);
+  const int N = s.B * s.T;
+  // The classifier, the widest shape: through the profile it must equal the kernel.
+  for (auto [IC, OC] : {std::pair{s.C, s.Vp}, std::pair{s.ffn, s.C}, std::pair{s.C, 3 * s.C}}) {
+    const Floats x = random_floats(size_t(N) * IC, 50), w = random_floats(size_t(OC) * IC, 51);
+    Floats got(size_t(N) * OC), want(size_t(N) * OC);
+    Floats scratch(cpu::bf16_linear_scratch_floats(N, IC, OC));
+    nx->linear_forward(got.data(), x.data(), w.data(), nullptr, N, IC, OC);
+    cpu::bf16_linear_forward(want.data(), x.data(), w.data(), nullptr, N, IC, OC, scratch.data());
+    EXPECT_EQ(got, want) << "IC=" << IC << " OC=" << OC;
+  }
+  // A shape plan() did not reserve for is an error, not an allocation inside a step.
+  const int big = 4 * s.Vp;
+  Floats x(size_t(N) * s.ffn), w(size_t(big) * s.ffn), out(size_t(N) * big);
+  EXPECT_THROW(nx->linear_forward(out.data(), x.data(), w.data(), nullptr, N, s.ffn, big),
+               forge::Error);
+}
+
+}  // namespace
