@@ -61,7 +61,7 @@ def main(argv=None):
             torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.train.grad_clip)
         opt.step()
         opt.zero_grad(set_to_none=True)
-        return float(loss)
+        return loss.item()
 
     for _ in range(a.warmup):
         one_step()

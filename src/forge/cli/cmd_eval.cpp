@@ -12,6 +12,7 @@
 #include "forge/data/tokenizer.h"
 #include "forge/train/evaluate.h"
 #include "forge/train/loaded_model.h"
+#include "forge/verify/logits.h"
 
 namespace forge::cli {
 
@@ -22,7 +23,7 @@ std::string default_tokenizer(const ModelConfig& m) { return m.vocab_size <= 256
 
 void register_eval(CLI::App& app) {
   struct Opts {
-    std::string checkpoint, config, data;
+    std::string checkpoint, config, data, dump_logits;
     int batches = -1, threads = 0;
     bool json = false;
   };
@@ -34,6 +35,8 @@ void register_eval(CLI::App& app) {
   cmd->add_option("--batches", o->batches, "micro-batches to evaluate (default: train.eval_batches)");
   cmd->add_option("--threads", o->threads, "threads (default: all cores)");
   cmd->add_flag("--json", o->json, "print one JSON object instead of text");
+  cmd->add_option("--dump-logits", o->dump_logits,
+                  "also write tokens, targets and logits of the evaluated batches (safetensors)");
   cmd->callback([o] {
     set_thread_count(o->threads);
     LoadedModel lm = load_trained_model(o->checkpoint, o->config, 0, 0);
@@ -41,7 +44,11 @@ void register_eval(CLI::App& app) {
     const std::string data = o->data.empty() ? c.data.val : o->data;
     if (data.empty()) fail("{}: field 'data.val' is empty and no --data was given", c.path);
     const int batches = o->batches > 0 ? o->batches : c.train.eval_batches;
-    const double loss = evaluate_loss(*lm.model, data, c.train.batch_size, c.train.seq_len, batches);
+    const double loss =
+        o->dump_logits.empty()
+            ? evaluate_loss(*lm.model, data, c.train.batch_size, c.train.seq_len, batches)
+            : verify::dump_logits(*lm.model, data, c.train.batch_size, c.train.seq_len, batches,
+                                  o->dump_logits);
     if (o->json)
       fmt::print("{}\n", nlohmann::json{{"val_loss", loss}, {"perplexity", std::exp(loss)},
                                          {"data", data}, {"batches", batches}}.dump());

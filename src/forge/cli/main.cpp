@@ -17,7 +17,9 @@ int main(int argc, char** argv) {
   forge::cli::register_sample(app);
   forge::cli::register_data(app);
   forge::cli::register_export(app);
+  forge::cli::register_verify(app);
   forge::cli::register_bench(app);
+  forge::cli::register_tokenize(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {

@@ -1,0 +1,34 @@
+#include <cstdlib>
+
+#include "forge/cli/commands.h"
+#include "forge/verify/verify.h"
+
+namespace forge::cli {
+
+void register_verify(CLI::App& app) {
+  auto o = std::make_shared<verify::VerifyOptions>();
+  auto* cmd = app.add_subcommand(
+      "verify", "run a gate of the equivalence ladder: the engine against PyTorch (or itself)");
+  cmd->add_option("--gate", o->gate, "alignment | multistep | resume | long-horizon")
+      ->required()
+      ->check(CLI::IsMember({"alignment", "multistep", "resume", "long-horizon"}));
+  cmd->add_option("--profile", o->profile, "numerics profile: fast | torch-cpu | bf16")
+      ->required()
+      ->check(CLI::IsMember({"fast", "torch-cpu", "bf16"}));
+  cmd->add_option("--config", o->config, "config JSON read by both sides")->required();
+  cmd->add_option("--out", o->out_dir, "report folder (default runs/verify/<gate>-<profile>)");
+  cmd->add_option("--steps", o->steps, "override the gate's step count")->check(CLI::PositiveNumber);
+  cmd->add_option("--threads", o->threads, "threads on both sides (default: train.threads)")
+      ->check(CLI::NonNegativeNumber);
+  cmd->add_option("--python", o->python,
+                  "reference interpreter (default: .venv/bin/python; /usr/bin/python3 for torch-cpu)");
+  cmd->add_option("--source-dir", o->source_dir,
+                  "checkout holding reference/ (default: found above the binary or the cwd)");
+  cmd->callback([o] {
+    const int rc = verify::run_verify(*o);
+    // The report is printed; a gate below its rung is an ordinary outcome, not an error.
+    if (rc != 0) std::exit(rc);
+  });
+}
+
+}  // namespace forge::cli

@@ -1,0 +1,423 @@
+#include "forge/verify/verify.h"
+
+#include <fmt/format.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "forge/core/error.h"
+#include "forge/io/atomic_file.h"
+#include "forge/io/config.h"
+#include "forge/verify/process.h"
+
+namespace fs = std::filesystem;
+
+namespace forge::verify {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// EQUIVALENCE.md, table "Gates".
+std::string required_rung(const std::string& gate, const std::string& profile) {
+  if (gate == "resume") return "BITWISE";
+  if (profile == "torch-cpu") return "BITWISE";
+  if (gate == "long-horizon") return "CONVERGENT";
+  return "TOLERANCE";
+}
+
+int default_steps(const std::string& gate, int config_steps) {
+  if (gate == "alignment") return 1;
+  if (gate == "multistep") return 8;
+  if (gate == "resume") return 20;
+  return config_steps;  // long-horizon: the config's own schedule
+}
+
+// Progress goes to stderr, one line per phase, so that stdout carries only the report.
+class Phases {
+ public:
+  void begin(std::string name) {
+    name_ = std::move(name);
+    fmt::print(stderr, "forge verify: {} ...\n", name_);
+    std::fflush(stderr);
+    t0_ = Clock::now();
+  }
+  void end() {
+    const double s = std::chrono::duration<double>(Clock::now() - t0_).count();
+    times_.emplace_back(name_, s);
+    fmt::print(stderr, "forge verify: {}: done in {:.1f} s\n", name_, s);
+    std::fflush(stderr);
+  }
+  const std::vector<std::pair<std::string, double>>& times() const { return times_; }
+
+ private:
+  std::string name_;
+  Clock::time_point t0_;
+  std::vector<std::pair<std::string, double>> times_;
+};
+
+bool has_reference(const fs::path& dir) {
+  std::error_code ec;
+  return fs::exists(dir / "reference/forge_ref/train.py", ec);
+}
+
+// The checkout holding reference/: the binary normally lives in one of its build trees.
+fs::path find_source_dir(const VerifyOptions& o) {
+  if (!o.source_dir.empty()) {
+    if (!has_reference(o.source_dir))
+      fail("--source-dir {}: no reference/forge_ref/train.py there", o.source_dir);
+    return fs::absolute(o.source_dir);
+  }
+  if (const char* env = std::getenv("FORGE_SOURCE_DIR"); env && *env) {
+    if (!has_reference(env)) fail("FORGE_SOURCE_DIR={}: no reference/forge_ref/train.py there", env);
+    return fs::absolute(env);
+  }
+  for (fs::path start : {fs::path(self_executable()).parent_path(), fs::current_path()}) {
+    for (fs::path p = start;; p = p.parent_path()) {
+      if (has_reference(p)) return p;
+      if (p == p.root_path() || p.empty()) break;
+    }
+  }
+  fail("cannot find the PyTorch reference (reference/forge_ref/train.py) above {} or {}; pass "
+       "--source-dir", fs::path(self_executable()).parent_path().string(), fs::current_path().string());
+}
+
+std::string last_nonempty_line(const std::string& path) {
+  std::istringstream in(tail_lines(path, 20));
+  std::string line, last;
+  while (std::getline(in, line))
+    if (line.find_first_not_of(" \t\r") != std::string::npos) last = line;
+  return last;
+}
+
+std::string read_file_or_empty(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+struct Runner {
+  fs::path out, logs;
+  std::map<std::string, std::string> env;  // thread pinning, for every child
+  std::vector<std::string> unset_env;
+  std::string commands;                    // what ran, replayable, for OUT/commands.sh
+  std::string self;                        // this binary's path: the engine
+  Phases phases;
+
+  // Runs one side; a failure shows the end of its log and names the log.
+  void run(const std::string& phase, const std::string& log_name, std::vector<std::string> argv,
+           const std::map<std::string, std::string>& extra_env = {}) {
+    Command c;
+    c.argv = std::move(argv);
+    if (c.argv[0] == self) c.exec_path = kSelfExe;
+    c.env = env;
+    for (const auto& [k, v] : extra_env) c.env[k] = v;
+    c.unset_env = unset_env;
+    c.stdout_path = c.stderr_path = (logs / log_name).string();
+    std::string prefix;
+    for (const auto& [k, v] : c.env) prefix += k + "=" + shell_join({v}) + " ";
+    commands += "# " + phase + "\n" + prefix + shell_join(c.argv) + "\n";
+    phases.begin(phase);
+    const int rc = run_command(c);
+    if (rc != 0) {
+      fmt::print(stderr, "{}", tail_lines(c.stdout_path, 15));
+      fail("{} failed (exit status {}): {} (full output in {})", phase, rc,
+           last_nonempty_line(c.stdout_path), c.stdout_path);
+    }
+    phases.end();
+  }
+};
+
+// A Python that must import `modules`; the gate cannot run without it, and says so in one line.
+std::string probe_python(const std::string& python, const std::string& modules,
+                         const std::string& role, const fs::path& logs) {
+  std::error_code ec;
+  if (!fs::exists(python, ec))
+    fail("{} {} not found: the gate cannot run without it{}", role, python,
+         python.find(".venv") != std::string::npos ? " (make setup creates .venv)" : "");
+  Command c;
+  c.argv = {python, "-c", "import sys; import " + modules +
+                              "; import torch as _t; sys.stdout.write(_t.__version__)"};
+  if (modules.find("torch") == std::string::npos)
+    c.argv = {python, "-c", "import sys; import " + modules + "; sys.stdout.write('ok')"};
+  const std::string base = (logs / ("probe-" + fs::path(python).filename().string())).string();
+  c.stdout_path = base + ".out";
+  c.stderr_path = base + ".err";
+  const int rc = run_command(c);
+  if (rc != 0)
+    fail("{} {} cannot import {} ({}): the gate cannot run", role, python, modules,
+         last_nonempty_line(c.stderr_path));
+  return read_file_or_empty(c.stdout_path);
+}
+
+// The split run's two dumps (steps 1..k and k+1..N) seen as one dump, for the comparer.
+void merge_dumps(const fs::path& a, const fs::path& b, const fs::path& out) {
+  fs::create_directories(out);
+  nlohmann::json steps = nlohmann::json::array(), files = nlohmann::json::object();
+  for (const fs::path& d : {a, b}) {
+    const std::string ipath = (d / "index.json").string();
+    nlohmann::json idx;
+    try {
+      idx = nlohmann::json::parse(read_text_file(ipath));
+    } catch (const nlohmann::json::exception& e) {
+      fail("{}: malformed dump index: {}", ipath, e.what());
+    }
+    if (!idx.contains("steps") || !idx.contains("files"))
+      fail("{}: fields 'steps' and 'files' are required", ipath);
+    for (const auto& s : idx["steps"]) {
+      const std::string key = std::to_string(s.get<int64_t>());
+      if (!idx["files"].contains(key)) fail("{}: field 'files' has no entry for step {}", ipath, key);
+      const std::string name = idx["files"][key].get<std::string>();
+      std::error_code ec;
+      fs::remove(out / name);
+      fs::create_hard_link(d / name, out / name, ec);
+      if (ec) fs::copy_file(d / name, out / name, fs::copy_options::overwrite_existing);
+      steps.push_back(s);
+      files[key] = name;
+    }
+  }
+  nlohmann::json index = {{"format", "forge-dump"}, {"version", 1}, {"source", "forge"},
+                          {"level", 1}, {"steps", steps}, {"files", files}};
+  write_text_atomic((out / "index.json").string(), index.dump(1) + "\n");
+}
+
+std::string fmt_seconds(double s) { return fmt::format("{:.1f} s", s); }
+
+}  // namespace
+
+int run_verify(const VerifyOptions& o) {
+  const auto t_start = Clock::now();
+  const std::string& gate = o.gate;
+  const std::string& profile = o.profile;
+  if (gate != "alignment" && gate != "multistep" && gate != "resume" && gate != "long-horizon")
+    fail("--gate: expected alignment | multistep | resume | long-horizon, got '{}'", gate);
+  if (profile != "fast" && profile != "torch-cpu" && profile != "bf16")
+    fail("--profile: expected fast | torch-cpu | bf16, got '{}'", profile);
+  const std::string required = required_rung(gate, profile);
+
+  // The config is validated by the engine's own reader before anything runs.
+  const Config cfg = load_config(o.config);
+  nlohmann::json cj;
+  try {
+    cj = nlohmann::json::parse(read_text_file(o.config));
+  } catch (const nlohmann::json::exception& e) {
+    fail("{}: malformed JSON: {}", o.config, e.what());
+  }
+  const int steps = o.steps > 0 ? o.steps : default_steps(gate, cfg.train.steps);
+  if (gate == "long-horizon" && steps < 200)
+    fail("{} is {}; the long-horizon gate needs at least 200 steps (CONVERGENT averages "
+         "|loss-ref|/ref over steps 101..200)",
+         o.steps > 0 ? std::string("--steps") : o.config + ": field 'train.steps'", steps);
+  if (gate == "long-horizon" && (cfg.data.val.empty() || cfg.train.eval_batches <= 0))
+    fail("{}: fields 'data.val' and 'train.eval_batches': the long-horizon gate compares final "
+         "validation losses, so it needs a validation shard and eval_batches > 0", o.config);
+  if (gate == "resume" && steps < 2) fail("--steps: the resume gate needs at least 2 steps, got {}", steps);
+  int threads = o.threads >= 0 ? o.threads : cfg.train.threads;
+  // Pinned even when the config says "all cores": the reference's reduction order depends on it.
+  if (threads <= 0) threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+
+  const fs::path src = find_source_dir(o);
+  Runner r;
+  r.self = self_executable();
+  r.out = fs::absolute(o.out_dir.empty() ? fmt::format("runs/verify/{}-{}", gate, profile) : o.out_dir);
+  r.logs = r.out / "logs";
+  ensure_writable_dir(r.out.string());
+  // Only what this command writes is cleared: --out may name a folder holding other things.
+  for (const char* p : {"logs", "engine", "engine-dump", "ref-dump", "straight", "straight-dump",
+                        "split", "split-dump-1", "split-dump-2", "split-dump", "init.safetensors",
+                        "reference.jsonl", "reference-val.json", "report.md", "report.json",
+                        "loss.png", "config.json", "commands.sh"})
+    fs::remove_all(r.out / p);
+  ensure_writable_dir(r.logs.string());
+
+  const std::string nthreads = std::to_string(threads);
+  r.env = {{"OMP_NUM_THREADS", nthreads}, {"OPENBLAS_NUM_THREADS", nthreads}, {"MKL_NUM_THREADS", nthreads}};
+  std::string aten;
+  if (const char* v = std::getenv("ATEN_CPU_CAPABILITY"); v && *v) {
+    aten = std::string(v) + " (from the environment)";
+  } else if (profile == "torch-cpu") {
+    // The bit-for-bit profile replicates torch's AVX2 kernels; pin the dispatch to them.
+    r.env["ATEN_CPU_CAPABILITY"] = "avx2";
+    aten = "avx2 (set by forge verify for torch-cpu)";
+  } else {
+    aten = "unset (torch's own choice)";
+  }
+
+  // Both sides read this one file: the pinned thread count and the profile are in it.
+  cj["train"]["threads"] = threads;
+  cj["numerics"] = profile;
+  const std::string config = (r.out / "config.json").string();
+  write_text_atomic(config, cj.dump(1) + "\n");
+
+  const bool vs_reference = gate != "resume";
+  const std::string ref_python =
+      !o.python.empty() ? o.python
+                        : (profile == "torch-cpu" ? std::string("/usr/bin/python3")
+                                                  : (src / ".venv/bin/python").string());
+  // The comparer needs numpy and matplotlib, which the project's .venv has.
+  const std::string cmp_python = (src / ".venv/bin/python").string();
+  std::string torch_version = "-";
+  if (vs_reference)
+    torch_version = probe_python(ref_python, "torch", "reference interpreter", r.logs);
+  probe_python(cmp_python, "numpy, matplotlib", "comparer interpreter", r.logs);
+
+  const std::string self = self_executable();
+  std::string pythonpath = (src / "reference").string();
+  if (const char* v = std::getenv("PYTHONPATH"); v && *v) pythonpath += std::string(":") + v;
+  // Several checkouts may share the reference sources: no bytecode written into them.
+  const std::map<std::string, std::string> py_env = {{"PYTHONPATH", pythonpath},
+                                                     {"PYTHONDONTWRITEBYTECODE", "1"}};
+  const std::string S = std::to_string(steps);
+  const std::string init = (r.out / "init.safetensors").string();
+  const auto out = [&](const char* p) { return (r.out / p).string(); };
+  std::vector<std::string> engine_base = {self, "train", "--config", config, "--numerics", profile,
+                                          "--steps", S, "--quiet"};
+  const auto with = [](std::vector<std::string> a, std::initializer_list<std::string> more) {
+    a.insert(a.end(), more);
+    return a;
+  };
+
+  std::string engine_side, ref_side, dump_desc;
+  std::vector<std::string> compare_extra;
+  if (gate == "alignment" || gate == "multistep") {
+    const std::string act_steps = steps > 1 ? fmt::format("1,{}", steps) : "1";
+    dump_desc = fmt::format("level 1 at every step, level 2 (activations) at steps {}", act_steps);
+    r.run("reference draws the initial state", "init.log",
+          {ref_python, "-m", "forge_ref.train", "--config", config, "--init-out", init}, py_env);
+    r.run(fmt::format("engine trains {} step(s) with dumps", steps), "engine.log",
+          with(engine_base, {"--init", init, "--out-dir", out("engine"), "--dump", out("engine-dump"),
+                             "--dump-level", "2", "--dump-act-steps", act_steps}));
+    r.run(fmt::format("reference trains {} step(s) with dumps", steps), "reference.log",
+          {ref_python, "-m", "forge_ref.train", "--config", config, "--init", init, "--steps", S,
+           "--dump", out("ref-dump"), "--dump-level", "2", "--dump-act-steps", act_steps,
+           "--threads", nthreads, "--log-out", out("reference.jsonl")},
+          py_env);
+    engine_side = out("engine-dump");
+    ref_side = out("ref-dump");
+    if (gate == "multistep") compare_extra = {"--plot", out("loss.png")};
+  } else if (gate == "resume") {
+    const int half = steps / 2;
+    dump_desc = fmt::format("level 1 at every step; split at step {}", half);
+    r.run(fmt::format("engine trains {} steps straight", steps), "straight.log",
+          with(engine_base, {"--out-dir", out("straight"), "--dump", out("straight-dump"),
+                             "--dump-level", "1"}));
+    r.run(fmt::format("engine trains steps 1..{} and checkpoints", half), "split-1.log",
+          with(engine_base, {"--out-dir", out("split"), "--stop-after", std::to_string(half),
+                             "--dump", out("split-dump-1"), "--dump-level", "1"}));
+    const std::string ckpt = (r.out / "split/checkpoints" / fmt::format("step_{:06d}", half)).string();
+    if (!fs::is_directory(ckpt)) fail("{}: the split run left no checkpoint at step {}", ckpt, half);
+    r.run(fmt::format("a new engine process resumes and trains steps {}..{}", half + 1, steps),
+          "split-2.log",
+          with(engine_base, {"--out-dir", out("split"), "--resume", ckpt, "--dump",
+                             out("split-dump-2"), "--dump-level", "1"}));
+    merge_dumps(out("split-dump-1"), out("split-dump-2"), out("split-dump"));
+    // The resumed run is held against the straight one, which plays the reference's part.
+    engine_side = out("split-dump");
+    ref_side = out("straight-dump");
+  } else {  // long-horizon
+    const bool bitwise = profile == "torch-cpu";
+    dump_desc = bitwise ? "level 1 at every step (BITWISE needs every tensor)"
+                        : "none (the loss curves and final validation losses decide)";
+    r.run("reference draws the initial state", "init.log",
+          {ref_python, "-m", "forge_ref.train", "--config", config, "--init-out", init}, py_env);
+    auto eng = with(engine_base, {"--init", init, "--out-dir", out("engine")});
+    std::vector<std::string> ref = {ref_python, "-m", "forge_ref.train", "--config", config,
+                                    "--init", init, "--steps", S, "--threads", nthreads,
+                                    "--log-out", out("reference.jsonl"), "--val-out",
+                                    out("reference-val.json")};
+    if (bitwise) {
+      eng = with(eng, {"--dump", out("engine-dump"), "--dump-level", "1"});
+      ref = with(ref, {"--dump", out("ref-dump"), "--dump-level", "1"});
+    }
+    r.run(fmt::format("engine trains {} steps", steps), "engine.log", eng);
+    r.run(fmt::format("reference trains {} steps", steps), "reference.log", ref, py_env);
+    engine_side = bitwise ? out("engine-dump") : (r.out / "engine/metrics.jsonl").string();
+    ref_side = bitwise ? out("ref-dump") : out("reference.jsonl");
+    compare_extra = {"--engine-val", (r.out / "engine/metrics.jsonl").string(), "--ref-val",
+                     out("reference-val.json"), "--plot", out("loss.png")};
+    if (bitwise)
+      compare_extra = with(compare_extra, {"--engine-log", (r.out / "engine/metrics.jsonl").string(),
+                                           "--ref-log", out("reference.jsonl")});
+  }
+
+  std::vector<std::string> cmp = {cmp_python, "-m", "forge_ref.compare", engine_side, ref_side,
+                                  "--gate", gate, "--profile", profile, "--required", required,
+                                  "--md", out("report.md"), "--json", out("report.json")};
+  cmp.insert(cmp.end(), compare_extra.begin(), compare_extra.end());
+  // Non-bitwise profiles: the key third of c_attn.bias has an exactly zero true gradient, so
+  // its updates are Adam-normalised rounding noise (see forge_ref.compare); still reported.
+  if (profile != "torch-cpu" && gate != "resume") cmp.push_back("--exempt-k-bias");
+  Command c;
+  c.argv = cmp;
+  c.env = py_env;
+  c.stdout_path = (r.logs / "compare.out").string();
+  c.stderr_path = (r.logs / "compare.err").string();
+  r.commands += "# compare\n" + shell_join({"PYTHONPATH=" + pythonpath}) + " " + shell_join(cmp) + "\n";
+  r.phases.begin("comparing");
+  const int rc = run_command(c);
+  if (rc != 0 && rc != 1) {
+    fmt::print(stderr, "{}", tail_lines(c.stderr_path, 15));
+    fail("the comparer failed (exit status {}): {}", rc, last_nonempty_line(c.stderr_path));
+  }
+  r.phases.end();
+  write_text_atomic(out("commands.sh"), "#!/bin/sh\n# what forge verify ran, in order\n" + r.commands);
+
+  // The comparer's last line is the verdict; everything before it is the worst tensor.
+  const std::string cmp_out = read_file_or_empty(c.stdout_path);
+  const std::string verdict_line = last_nonempty_line(c.stdout_path);
+  const std::string prefix = fmt::format("gate {} profile {}: ", gate, profile);
+  if (verdict_line.rfind(prefix, 0) != 0)
+    fail("{}: the comparer's last line is '{}', expected '{}RUNG'", c.stdout_path, verdict_line, prefix);
+  const std::string rung = verdict_line.substr(prefix.size());
+
+  const double total = std::chrono::duration<double>(Clock::now() - t_start).count();
+  std::string times;
+  for (const auto& [name, s] : r.phases.times())
+    times += fmt::format("{}{}: {}", times.empty() ? "" : "; ", name, fmt_seconds(s));
+  std::string run_md = "\n## Run\n\n";
+  run_md += fmt::format("- config: `{}` as `{}` (threads and numerics pinned)\n", o.config, config);
+  run_md += fmt::format("- steps: {}; dumps: {}\n", steps, dump_desc);
+  run_md += fmt::format("- threads: {} on both sides (train.threads, OMP_NUM_THREADS, "
+                        "OPENBLAS_NUM_THREADS, MKL_NUM_THREADS{})\n", threads,
+                        vs_reference ? ", torch.set_num_threads" : "");
+  run_md += fmt::format("- ATEN_CPU_CAPABILITY: {}\n", aten);
+  run_md += fmt::format("- engine: `{}` (numerics {})\n", self, profile);
+  if (vs_reference) run_md += fmt::format("- reference: `{}` (torch {})\n", ref_python, torch_version);
+  run_md += fmt::format("- run time: {}; total {}\n", times, fmt_seconds(total));
+  run_md += fmt::format("- commands: `{}`\n", out("commands.sh"));
+  std::string md = read_file_or_empty(out("report.md"));
+  md += run_md;
+  write_text_atomic(out("report.md"), md);
+
+  try {
+    nlohmann::json rep = nlohmann::json::parse(read_text_file(out("report.json")));
+    nlohmann::json phases = nlohmann::json::array();
+    for (const auto& [name, s] : r.phases.times()) phases.push_back({{"phase", name}, {"seconds", s}});
+    rep["run"] = {{"config", o.config}, {"config_used", config}, {"steps", steps},
+                  {"threads", threads}, {"aten_cpu_capability", aten}, {"engine", self},
+                  {"reference_python", vs_reference ? ref_python : ""},
+                  {"torch", torch_version}, {"phases", phases}, {"total_seconds", total}};
+    write_text_atomic(out("report.json"), rep.dump(1) + "\n");
+  } catch (const nlohmann::json::exception& e) {
+    fail("{}: malformed comparer report: {}", out("report.json"), e.what());
+  }
+
+  fmt::print("{}\n", md);
+  fmt::print("report: {}, {}{}\n", out("report.md"), out("report.json"),
+             fs::exists(out("loss.png")) ? ", " + out("loss.png") : std::string());
+  fmt::print("{}", cmp_out);
+  if (!cmp_out.empty() && cmp_out.back() != '\n') fmt::print("\n");
+  std::fflush(stdout);
+  return rc == 0 && !rung.empty() ? 0 : 1;
+}
+
+}  // namespace forge::verify

@@ -1,0 +1,25 @@
+// `forge verify`: runs the engine and the PyTorch reference side by side (or the engine
+// against itself), compares their dumps with the reference's comparer and reports the rung
+// reached, as ../shared/EQUIVALENCE.md specifies for each gate.
+#pragma once
+
+#include <string>
+
+namespace forge::verify {
+
+struct VerifyOptions {
+  std::string gate;        // alignment | multistep | resume | long-horizon
+  std::string profile;     // fast | torch-cpu | bf16
+  std::string config;      // the run's config JSON (read by both sides)
+  std::string out_dir;     // default runs/verify/<gate>-<profile>
+  int steps = -1;          // overrides the gate's step count
+  int threads = -1;        // overrides train.threads on both sides
+  std::string python;      // reference interpreter (default by profile)
+  std::string source_dir;  // the checkout holding reference/ (default: found from the binary)
+};
+
+// Runs the gate; prints the report and the final `gate G profile P: RUNG` line on stdout,
+// progress on stderr. Returns 0 only when the gate's required rung is reached.
+int run_verify(const VerifyOptions& options);
+
+}  // namespace forge::verify
