@@ -1,6 +1,7 @@
 # EQUIVALENCE.md's gates of the `fast` profile, engine against the PyTorch reference:
 # alignment and multistep on tiny (TOLERANCE), resume (BITWISE), long-horizon on
-# configs/ci.json (CONVERGENT). A gate that cannot run fails here; nothing is skipped.
+# configs/ci.json (CONVERGENT), dp (mpirun -np 2: BITWISE vs one process, TOLERANCE vs
+# the reference). A gate that cannot run fails here; nothing is skipped.
 source "$(dirname "$0")/lib.sh"
 prepare_corpus
 data=(data.train='"data/train.bin"' data.val='"data/val.bin"')
@@ -49,3 +50,4 @@ run_gate alignment tiny.json 'TOLERANCE|BITWISE'
 run_gate multistep tiny.json 'TOLERANCE|BITWISE' loss.png
 run_gate resume tiny.json 'BITWISE'
 run_gate long-horizon ci.json 'CONVERGENT|TOLERANCE|BITWISE' loss.png
+run_gate dp tiny.json 'TOLERANCE|BITWISE'

@@ -108,6 +108,38 @@ class Numerics {
                                       const int32_t* targets, int N, int V, int Vp,
                                       float dloss) = 0;
 
+  // --- Llama family: RMSNorm, rotary embeddings, SwiGLU, grouped-query attention ----------
+  // Not pure: the defaults (numerics/llama_ops.cpp) call the fp32 kernels of kernels/
+  // {rmsnorm,rope,swiglu,gqa_attention}.h; a profile overrides them to compute its own way.
+  // out = weight * (inp * rstd), rstd_n = 1/sqrt(mean_c inp^2 + eps) saved [N]; no bias.
+  virtual void rmsnorm_forward(float* out, float* rstd, const float* inp, const float* weight,
+                               int N, int C, float eps);
+  // dinp and dweight are overwritten.
+  virtual void rmsnorm_backward(float* dinp, float* dweight, const float* dout, const float* inp,
+                                const float* weight, const float* rstd, int N, int C);
+  // cos, sin [T, hd/2] of the angles t * theta^(-2i/hd), computed once at start-up.
+  virtual void rope_tables(float* cos, float* sin, int T, int hd, double theta);
+  // Rows of n_heads*hd floats, B*T rows (row b*T+t at position t); Hugging Face's
+  // rotate_half convention; out/dinp overwritten, never aliasing the input.
+  virtual void rope_forward(float* out, const float* inp, const float* cos, const float* sin,
+                            int B, int T, int n_heads, int hd);
+  virtual void rope_backward(float* dinp, const float* dout, const float* cos, const float* sin,
+                             int B, int T, int n_heads, int hd);
+  // out = silu(gate) * up over n values; dgate, dup overwritten.
+  virtual void swiglu_forward(float* out, const float* gate, const float* up, size_t n);
+  virtual void swiglu_backward(float* dgate, float* dup, const float* dout, const float* gate,
+                               const float* up, size_t n);
+  // Causal attention with NH query heads over KVH kv heads (KVH divides NH; query head h reads
+  // kv head h/(NH/KVH)): q [B,T,NH,hd], k, v [B,T,KVH,hd] -> out [B,T,NH*hd]. saved: what
+  // backward needs, gqa_attention_saved_floats() floats. dq, dk, dv are overwritten.
+  virtual size_t gqa_attention_saved_floats(int B, int T, int NH, int KVH, int hd) const;
+  virtual void gqa_attention_forward(float* out, float* saved, const float* q, const float* k,
+                                     const float* v, int B, int T, int NH, int KVH, int hd);
+  virtual void gqa_attention_backward(float* dq, float* dk, float* dv, const float* dout,
+                                      const float* q, const float* k, const float* v,
+                                      const float* out, const float* saved, int B, int T, int NH,
+                                      int KVH, int hd);
+
   // --- optimizer --------------------------------------------------------------------
   // Global L2 norm of all gradients (returned, before clipping), clipping as
   // torch.nn.utils.clip_grad_norm_ does (coef = max/(norm+1e-6), clamped to 1), then

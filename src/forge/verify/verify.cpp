@@ -36,7 +36,7 @@ std::string required_rung(const std::string& gate, const std::string& profile) {
 
 int default_steps(const std::string& gate, int config_steps) {
   if (gate == "alignment") return 1;
-  if (gate == "multistep") return 8;
+  if (gate == "multistep" || gate == "dp") return 8;
   if (gate == "resume") return 20;
   return config_steps;  // long-horizon: the config's own schedule
 }
@@ -194,12 +194,23 @@ std::string fmt_seconds(double s) { return fmt::format("{:.1f} s", s); }
 
 }  // namespace
 
+// A program on PATH, as a path the process runner can exec directly.
+std::string find_on_path(const std::string& program) {
+  const char* path = std::getenv("PATH");
+  std::stringstream dirs(path ? path : "/usr/bin:/bin");
+  std::string dir;
+  while (std::getline(dirs, dir, ':'))
+    if (!dir.empty() && fs::exists(fs::path(dir) / program)) return (fs::path(dir) / program).string();
+  fail("{} is not on PATH (Debian: apt-get install openmpi-bin); the dp gate cannot run", program);
+}
+
 int run_verify(const VerifyOptions& o) {
   const auto t_start = Clock::now();
   const std::string& gate = o.gate;
   const std::string& profile = o.profile;
-  if (gate != "alignment" && gate != "multistep" && gate != "resume" && gate != "long-horizon")
-    fail("--gate: expected alignment | multistep | resume | long-horizon, got '{}'", gate);
+  if (gate != "alignment" && gate != "multistep" && gate != "resume" && gate != "long-horizon" &&
+      gate != "dp")
+    fail("--gate: expected alignment | multistep | resume | long-horizon | dp, got '{}'", gate);
   if (profile != "fast" && profile != "torch-cpu" && profile != "bf16")
     fail("--profile: expected fast | torch-cpu | bf16, got '{}'", profile);
   const std::string required = required_rung(gate, profile);
@@ -235,7 +246,9 @@ int run_verify(const VerifyOptions& o) {
   for (const char* p : {"logs", "engine", "engine-dump", "ref-dump", "straight", "straight-dump",
                         "split", "split-dump-1", "split-dump-2", "split-dump", "init.safetensors",
                         "reference.jsonl", "reference-val.json", "report.md", "report.json",
-                        "loss.png", "config.json", "commands.sh"})
+                        "loss.png", "config.json", "commands.sh", "config-dp.json",
+                        "single", "single-dump", "dp", "dp-dump", "dp-vs-single.md",
+                        "dp-vs-single.json"})
     fs::remove_all(r.out / p);
   ensure_writable_dir(r.logs.string());
 
@@ -323,6 +336,47 @@ int run_verify(const VerifyOptions& o) {
     // The resumed run is held against the straight one, which plays the reference's part.
     engine_side = out("split-dump");
     ref_side = out("straight-dump");
+  } else if (gate == "dp") {
+    // EQUIVALENCE.md's dp gate: `mpirun -np 2` (A accumulation steps per rank) against the
+    // engine's single process with 2A accumulation steps (BITWISE: the ranks' gradients are
+    // summed in rank order, which is the single process's micro-step order), then against
+    // the reference trained on the same global batch (the profile's rung).
+    const int accum = cfg.train.grad_accum_steps;
+    nlohmann::json dj = cj;
+    dj["train"]["threads"] = 1;  // one thread per rank; the single process uses the same
+    nlohmann::json sj = dj;
+    sj["train"]["grad_accum_steps"] = 2 * accum;
+    write_text_atomic(config, sj.dump(1) + "\n");  // the single process and the reference
+    const std::string config_dp = out("config-dp.json");
+    write_text_atomic(config_dp, dj.dump(1) + "\n");
+    r.env["OMP_NUM_THREADS"] = r.env["OPENBLAS_NUM_THREADS"] = r.env["MKL_NUM_THREADS"] = "1";
+    dump_desc = fmt::format("level 1 at every step; 2 ranks x {} accumulation vs 1 process x {}",
+                            accum, 2 * accum);
+    r.run("reference draws the initial state", "init.log",
+          {ref_python, "-m", "forge_ref.train", "--config", config, "--init-out", init}, py_env);
+    r.run(fmt::format("engine, one process, {} step(s)", steps), "single.log",
+          {self, "train", "--config", config, "--numerics", profile, "--steps", S, "--quiet",
+           "--init", init, "--out-dir", out("single"), "--dump", out("single-dump"),
+           "--dump-level", "1"});
+    r.run(fmt::format("engine, mpirun -np 2, {} step(s)", steps), "dp.log",
+          {find_on_path("mpirun"), "--allow-run-as-root", "--oversubscribe", "--mca", "btl", "self,vader,tcp",
+           "--mca", "btl_tcp_if_include", "lo", "--mca", "btl_vader_single_copy_mechanism",
+           "none", "-x", "OMP_NUM_THREADS", "-x", "OPENBLAS_NUM_THREADS", "-np", "2",
+           self, "train", "--config", config_dp, "--numerics", profile, "--steps", S,
+           "--quiet", "--init", init, "--out-dir", out("dp"), "--dump", out("dp-dump"),
+           "--dump-level", "1"});
+    r.run("2 ranks against one process (BITWISE)", "dp-vs-single.log",
+          {cmp_python, "-m", "forge_ref.compare", out("dp-dump"), out("single-dump"), "--gate",
+           "dp", "--profile", profile, "--required", "BITWISE", "--md", out("dp-vs-single.md"),
+           "--json", out("dp-vs-single.json")},
+          py_env);
+    r.run(fmt::format("reference trains {} step(s) with dumps", steps), "reference.log",
+          {ref_python, "-m", "forge_ref.train", "--config", config, "--init", init, "--steps", S,
+           "--dump", out("ref-dump"), "--dump-level", "1", "--threads", "1", "--log-out",
+           out("reference.jsonl")},
+          py_env);
+    engine_side = out("dp-dump");
+    ref_side = out("ref-dump");
   } else {  // long-horizon
     const bool bitwise = profile == "torch-cpu";
     dump_desc = bitwise ? "level 1 at every step (BITWISE needs every tensor)"

@@ -1,0 +1,292 @@
+#include "forge/model/llama.h"
+
+#include <cmath>
+#include <cstring>
+
+#include "forge/core/error.h"
+#include "forge/core/rng.h"
+
+namespace forge {
+
+namespace {
+// Per-layer tensors in the order LlamaDecoderLayer registers them (self_attn, mlp, then the
+// two norms). It is the order of named_parameters(), hence of the reference's init draws
+// and of clip_grad_norm_'s per-tensor norms.
+enum LayerTensor { Q_W, K_W, V_W, O_W, GATE_W, UP_W, DOWN_W, LN1_W, LN2_W, TENSORS_PER_LAYER };
+}  // namespace
+
+Llama::Llama(const ModelConfig& config, int B, int T, Numerics& numerics)
+    : config_(config), maxB_(B), maxT_(T), nx_(numerics) {
+  if (config.family != "llama")
+    fail("model.family: the Llama model cannot run family '{}'", config.family);
+  if (config.ffn_hidden <= 0)
+    fail("model.ffn_hidden: expected the SwiGLU width (a positive integer) for family llama, got {}",
+         config.ffn_hidden);
+  FORGE_CHECK(T <= config.block_size, "T={} exceeds block_size={}", T, config.block_size);
+  const int64_t C = config.n_embd, Vp = config.vocab_rows(), L = config.n_layer;
+  NH_ = config.n_head;
+  KVH_ = config.kv_heads();
+  hd_ = config.head_dim();
+  Dq_ = NH_ * hd_;
+  Dkv_ = KVH_ * hd_;
+  F_ = config.ffn_hidden;
+  if (NH_ % KVH_ != 0)
+    fail("model.n_kv_head: expected a divisor of model.n_head ({}), got {}", NH_, KVH_);
+  if (hd_ % 2 != 0)
+    fail("model.n_embd: rotary embeddings need an even head dimension, got n_embd/n_head = {}", hd_);
+
+  // Parameters: Hugging Face's LlamaForCausalLM names, nn.Linear layout [out, in] (no
+  // transposes in files either).
+  embed_w_ = layout_.add("model.embed_tokens.weight", {Vp, C}, false, true);
+  for (int l = 0; l < L; ++l) {
+    const std::string p = "model.layers." + std::to_string(l) + ".";
+    layer_first_.push_back(layout_.tensors().size());
+    layout_.add(p + "self_attn.q_proj.weight", {Dq_, C}, false, true);
+    layout_.add(p + "self_attn.k_proj.weight", {Dkv_, C}, false, true);
+    layout_.add(p + "self_attn.v_proj.weight", {Dkv_, C}, false, true);
+    layout_.add(p + "self_attn.o_proj.weight", {C, Dq_}, false, true);
+    layout_.add(p + "mlp.gate_proj.weight", {F_, C}, false, true);
+    layout_.add(p + "mlp.up_proj.weight", {F_, C}, false, true);
+    layout_.add(p + "mlp.down_proj.weight", {C, F_}, false, true);
+    layout_.add(p + "input_layernorm.weight", {C}, false, false);
+    layout_.add(p + "post_attention_layernorm.weight", {C}, false, false);
+  }
+  norm_w_ = layout_.add("model.norm.weight", {C}, false, false);
+  head_w_ = layout_.add("lm_head.weight", {Vp, C}, false, true);
+  params_.resize(layout_.total_floats());
+
+  // Activations: planned once for the largest micro-batch.
+  const size_t N = static_cast<size_t>(B) * T;
+  const size_t att_saved = nx_.gqa_attention_saved_floats(B, T, NH_, KVH_, hd_);
+  const size_t xent_saved = nx_.classifier_saved_floats(N, config.vocab_size, Vp);
+  auto align = [](size_t n) { return (n + 15) / 16 * 16; };
+  const size_t per_layer = align(N * C) * 4 + align(N) * 2 + align(N * Dq_) * 2 +
+                           align(N * Dkv_) * 2 + align(att_saved) + align(N * F_) * 3;
+  const size_t half = static_cast<size_t>(hd_) / 2;
+  const size_t acts_total = align(T * half) * 2 + align(static_cast<size_t>(T) * C) +
+                            align(N * C) * 2 + align(N) + align(N * Vp) + align(xent_saved) +
+                            per_layer * L;
+  acts_arena_.resize(acts_total);
+  float* cursor = acts_arena_.data();
+  auto take = [&](size_t n) { float* p = cursor; cursor += align(n); return p; };
+  rope_cos_ = take(T * half);
+  rope_sin_ = take(T * half);
+  no_positions_ = take(static_cast<size_t>(T) * C);  // zeros: see forward()
+  embed_ = take(N * C);
+  layers_.resize(L);
+  for (auto& a : layers_) {
+    a.ln1 = take(N * C); a.ln1_rstd = take(N);
+    a.q = take(N * Dq_); a.k = take(N * Dkv_); a.v = take(N * Dkv_);
+    a.att_saved = take(att_saved); a.sdpa = take(N * Dq_); a.res1 = take(N * C);
+    a.ln2 = take(N * C); a.ln2_rstd = take(N);
+    a.gate = take(N * F_); a.up = take(N * F_); a.act = take(N * F_); a.res2 = take(N * C);
+  }
+  norm_ = take(N * C); norm_rstd_ = take(N);
+  logits_ = take(N * Vp); xent_saved_ = take(xent_saved);
+  FORGE_CHECK(cursor <= acts_arena_.data() + acts_arena_.size(), "activation plan overflow");
+
+  scratch_arena_.resize(align(N * C) * 4 + align(N * Dq_) * 5 + align(N * Dkv_) * 4 +
+                        align(N * F_) * 3 + align(N * Vp));
+  cursor = scratch_arena_.data();
+  q_pre_ = take(N * Dq_); k_pre_ = take(N * Dkv_); branch_ = take(N * C);
+  d_res_ = take(N * C); d_tmp_ = take(N * C); d_ln_ = take(N * C);
+  d_sdpa_ = take(N * Dq_); d_qrot_ = take(N * Dq_); d_q_ = take(N * Dq_);
+  d_krot_ = take(N * Dkv_); d_k_ = take(N * Dkv_); d_v_ = take(N * Dkv_);
+  d_gate_ = take(N * F_); d_up_ = take(N * F_); d_act_ = take(N * F_);
+  d_logits_ = take(N * Vp);
+  FORGE_CHECK(cursor <= scratch_arena_.data() + scratch_arena_.size(), "scratch plan overflow");
+  tokens_.resize(N);
+  targets_.resize(N);
+
+  StepShape shape;
+  shape.B = B; shape.T = T; shape.C = C; shape.NH = NH_;
+  shape.V = config.vocab_size; shape.Vp = Vp; shape.L = L;
+  shape.n_kv_head = KVH_; shape.head_dim = hd_; shape.ffn = F_;
+  nx_.plan(shape);
+  // Every sequence starts at position 0: one table for positions [0, T).
+  nx_.rope_tables(rope_cos_, rope_sin_, T, hd_, config.rope_theta);
+}
+
+double Llama::train_flops_per_token(int T) const {
+  // BENCHMARKS.md: L (2 d (d_q + 2 d_kv) + 2 d_q d + 6 d f + 2 T d_q) + 2 d V, times 3.
+  const double d = config_.n_embd, L = config_.n_layer, V = config_.vocab_size;
+  const double dq = Dq_, dkv = Dkv_, f = F_;
+  return 3.0 * (L * (2 * d * (dq + 2 * dkv) + 2 * dq * d + 6 * d * f + 2.0 * T * dq) + 2 * d * V);
+}
+
+Llama::LayerParams Llama::layer_params(float* base, int l) const {
+  const auto& t = layout_.tensors();
+  auto at = [&](int k) { return base + t[layer_first_[l] + k].offset; };
+  return {at(Q_W), at(K_W), at(V_W), at(O_W), at(GATE_W), at(UP_W), at(DOWN_W), at(LN1_W),
+          at(LN2_W)};
+}
+
+void Llama::init_weights(uint64_t seed) {
+  Rng rng(seed);
+  const double std = 0.02;
+  const double residual_std = 0.02 / std::sqrt(2.0 * config_.n_layer);
+  for (const auto& p : layout_.tensors()) {
+    float* w = params_.data() + p.offset;
+    if (p.shape.size() == 1) {  // the RMSNorm weights
+      for (size_t i = 0; i < p.numel; ++i) w[i] = 1.0f;
+      continue;
+    }
+    const bool residual =
+        p.name.ends_with("o_proj.weight") || p.name.ends_with("down_proj.weight");
+    const double s = residual ? residual_std : std;
+    for (size_t i = 0; i < p.numel; ++i) w[i] = static_cast<float>(s * rng.normal());
+  }
+}
+
+void Llama::record(const std::string& name, const float* data, std::vector<int64_t> shape) {
+  if (recorder_) recorder_->record(name, data, shape);
+}
+
+float Llama::forward(const int32_t* tokens, const int32_t* targets, int B, int T) {
+  FORGE_CHECK(B <= maxB_ && T <= maxT_, "micro-batch {}x{} exceeds the planned {}x{}", B, T,
+              maxB_, maxT_);
+  const int C = config_.n_embd, V = config_.vocab_size, Vp = config_.vocab_rows();
+  const int L = config_.n_layer, NH = NH_, KVH = KVH_, hd = hd_, Dq = Dq_, Dkv = Dkv_, F = F_;
+  const int N = B * T;
+  const size_t NC = static_cast<size_t>(N) * C, NF = static_cast<size_t>(N) * F;
+  const float eps = static_cast<float>(config_.norm_eps);
+  float* P = params_.data();
+  B_ = B;
+  T_ = T;
+  std::memcpy(tokens_.data(), tokens, sizeof(int32_t) * N);
+  has_targets_ = targets != nullptr;
+  if (has_targets_) std::memcpy(targets_.data(), targets, sizeof(int32_t) * N);
+
+  // x = embed_tokens[tokens]   (no position embedding: positions enter through RoPE; the
+  // shared lookup kernel adds a position row, so it is given rows of zeros)
+  nx_.embedding_forward(embed_, tokens, P + embed_w_, no_positions_, B, T, C);
+  if (recorder_) record("act.embed", embed_, {B, T, C});
+  const float* x = embed_;
+  for (int l = 0; l < L; ++l) {
+    const LayerParams w = layer_params(P, l);
+    LayerActs& a = layers_[l];
+    // Dump names are only built when a recorder listens: the step allocates nothing.
+    const std::string pfx = recorder_ ? "act.h." + std::to_string(l) + "." : std::string();
+    // h = RMSNorm(x)
+    nx_.rmsnorm_forward(a.ln1, a.ln1_rstd, x, w.ln1_w, N, C, eps);
+    // q = RoPE(h Wq^T),  k = RoPE(h Wk^T),  v = h Wv^T
+    nx_.linear_forward(q_pre_, a.ln1, w.q_w, nullptr, N, C, Dq);
+    nx_.linear_forward(k_pre_, a.ln1, w.k_w, nullptr, N, C, Dkv);
+    nx_.linear_forward(a.v, a.ln1, w.v_w, nullptr, N, C, Dkv);
+    nx_.rope_forward(a.q, q_pre_, rope_cos_, rope_sin_, B, T, NH, hd);
+    nx_.rope_forward(a.k, k_pre_, rope_cos_, rope_sin_, B, T, KVH, hd);
+    // y = softmax(q k^T / sqrt(hd) + causal mask) v, each kv head shared by NH/KVH q heads
+    nx_.gqa_attention_forward(a.sdpa, a.att_saved, a.q, a.k, a.v, B, T, NH, KVH, hd);
+    // x = x + y Wo^T
+    nx_.linear_forward(branch_, a.sdpa, w.o_w, nullptr, N, Dq, C);
+    if (recorder_) {
+      record(pfx + "input_layernorm", a.ln1, {B, T, C});
+      record(pfx + "self_attn.q_proj", q_pre_, {B, T, Dq});
+      record(pfx + "self_attn.k_proj", k_pre_, {B, T, Dkv});
+      record(pfx + "self_attn.v_proj", a.v, {B, T, Dkv});
+      record(pfx + "self_attn.q_rope", a.q, {B, T, Dq});
+      record(pfx + "self_attn.k_rope", a.k, {B, T, Dkv});
+      record(pfx + "self_attn.sdpa", a.sdpa, {B, T, Dq});
+      record(pfx + "self_attn.o_proj", branch_, {B, T, C});
+    }
+    nx_.add(a.res1, x, branch_, NC);
+    // h = RMSNorm(x);  x = x + (silu(h Wgate^T) * (h Wup^T)) Wdown^T
+    nx_.rmsnorm_forward(a.ln2, a.ln2_rstd, a.res1, w.ln2_w, N, C, eps);
+    nx_.linear_forward(a.gate, a.ln2, w.gate_w, nullptr, N, C, F);
+    nx_.linear_forward(a.up, a.ln2, w.up_w, nullptr, N, C, F);
+    nx_.swiglu_forward(a.act, a.gate, a.up, NF);
+    nx_.linear_forward(branch_, a.act, w.down_w, nullptr, N, F, C);
+    if (recorder_) {
+      record(pfx + "res_1", a.res1, {B, T, C});
+      record(pfx + "post_attention_layernorm", a.ln2, {B, T, C});
+      record(pfx + "mlp.gate_proj", a.gate, {B, T, F});
+      record(pfx + "mlp.up_proj", a.up, {B, T, F});
+      record(pfx + "mlp.swiglu", a.act, {B, T, F});
+      record(pfx + "mlp.down_proj", branch_, {B, T, C});
+    }
+    nx_.add(a.res2, a.res1, branch_, NC);
+    if (recorder_) record(pfx + "res_2", a.res2, {B, T, C});
+    x = a.res2;
+  }
+  // logits = RMSNorm(x) Whead^T   (the head is its own matrix, not the embedding)
+  nx_.rmsnorm_forward(norm_, norm_rstd_, x, P + norm_w_, N, C, eps);
+  nx_.linear_forward(logits_, norm_, P + head_w_, nullptr, N, C, Vp);
+  if (recorder_) {
+    record("act.norm", norm_, {B, T, C});
+    record("act.logits", logits_, {B, T, Vp});
+  }
+  if (!targets) return 0.0f;
+  // loss = mean over positions of -log softmax(logits)[target]
+  return nx_.cross_entropy_forward(xent_saved_, logits_, targets, N, V, Vp);
+}
+
+void Llama::backward(float dloss, float* grads) {
+  FORGE_CHECK(has_targets_, "backward() needs a forward() with targets");
+  const int B = B_, T = T_, C = config_.n_embd, V = config_.vocab_size, Vp = config_.vocab_rows();
+  const int L = config_.n_layer, NH = NH_, KVH = KVH_, hd = hd_, Dq = Dq_, Dkv = Dkv_, F = F_;
+  const int N = B * T;
+  const size_t NC = static_cast<size_t>(N) * C, NF = static_cast<size_t>(N) * F;
+  float* P = params_.data();
+
+  nx_.cross_entropy_backward(d_logits_, logits_, xent_saved_, targets_.data(), N, V, Vp, dloss);
+  if (recorder_) record("actgrad.logits", d_logits_, {B, T, Vp});
+  nx_.linear_backward(d_ln_, grads + head_w_, nullptr, d_logits_, norm_, P + head_w_, N, C, Vp);
+  if (recorder_) record("actgrad.norm", d_ln_, {B, T, C});
+  const float* x_last = L > 0 ? layers_[L - 1].res2 : embed_;
+  // d_res: the gradient flowing down the residual stream.
+  nx_.rmsnorm_backward(d_res_, grads + norm_w_, d_ln_, x_last, P + norm_w_, norm_rstd_, N, C);
+  for (int l = L - 1; l >= 0; --l) {
+    const LayerParams w = layer_params(P, l);
+    const LayerParams g = layer_params(grads, l);
+    const LayerActs& a = layers_[l];
+    const float* x_in = l > 0 ? layers_[l - 1].res2 : embed_;
+    const std::string pfx = recorder_ ? "actgrad.h." + std::to_string(l) + "." : std::string();
+    if (recorder_) record(pfx + "res_2", d_res_, {B, T, C});
+    if (recorder_) record(pfx + "mlp.down_proj", d_res_, {B, T, C});
+    // MLP branch: res2 = res1 + down(silu(gate(ln2)) * up(ln2)),  ln2 = RMSNorm(res1)
+    nx_.linear_backward(d_act_, g.down_w, nullptr, d_res_, a.act, w.down_w, N, F, C);
+    if (recorder_) record(pfx + "mlp.swiglu", d_act_, {B, T, F});
+    nx_.swiglu_backward(d_gate_, d_up_, d_act_, a.gate, a.up, NF);
+    if (recorder_) record(pfx + "mlp.gate_proj", d_gate_, {B, T, F});
+    if (recorder_) record(pfx + "mlp.up_proj", d_up_, {B, T, F});
+    // ln2 feeds two projections: d(ln2) is the sum of what each sends back.
+    nx_.linear_backward(d_ln_, g.up_w, nullptr, d_up_, a.ln2, w.up_w, N, C, F);
+    nx_.linear_backward(d_tmp_, g.gate_w, nullptr, d_gate_, a.ln2, w.gate_w, N, C, F);
+    nx_.add_inplace(d_ln_, d_tmp_, NC);
+    if (recorder_) record(pfx + "post_attention_layernorm", d_ln_, {B, T, C});
+    nx_.rmsnorm_backward(d_tmp_, g.ln2_w, d_ln_, a.res1, w.ln2_w, a.ln2_rstd, N, C);
+    nx_.add_inplace(d_res_, d_tmp_, NC);  // d(res1) = d(res2) + d(through the MLP)
+    if (recorder_) record(pfx + "res_1", d_res_, {B, T, C});
+    if (recorder_) record(pfx + "self_attn.o_proj", d_res_, {B, T, C});
+    // attention branch: res1 = x + o(attn(rope(q(ln1)), rope(k(ln1)), v(ln1))),  ln1 = RMSNorm(x)
+    nx_.linear_backward(d_sdpa_, g.o_w, nullptr, d_res_, a.sdpa, w.o_w, N, Dq, C);
+    if (recorder_) record(pfx + "self_attn.sdpa", d_sdpa_, {B, T, Dq});
+    nx_.gqa_attention_backward(d_qrot_, d_krot_, d_v_, d_sdpa_, a.q, a.k, a.v, a.sdpa,
+                               a.att_saved, B, T, NH, KVH, hd);
+    nx_.rope_backward(d_q_, d_qrot_, rope_cos_, rope_sin_, B, T, NH, hd);
+    nx_.rope_backward(d_k_, d_krot_, rope_cos_, rope_sin_, B, T, KVH, hd);
+    if (recorder_) {
+      record(pfx + "self_attn.q_rope", d_qrot_, {B, T, Dq});
+      record(pfx + "self_attn.k_rope", d_krot_, {B, T, Dkv});
+      record(pfx + "self_attn.q_proj", d_q_, {B, T, Dq});
+      record(pfx + "self_attn.k_proj", d_k_, {B, T, Dkv});
+      record(pfx + "self_attn.v_proj", d_v_, {B, T, Dkv});
+    }
+    // ln1 feeds three projections; their contributions are summed v, k, q.
+    nx_.linear_backward(d_ln_, g.v_w, nullptr, d_v_, a.ln1, w.v_w, N, C, Dkv);
+    nx_.linear_backward(d_tmp_, g.k_w, nullptr, d_k_, a.ln1, w.k_w, N, C, Dkv);
+    nx_.add_inplace(d_ln_, d_tmp_, NC);
+    nx_.linear_backward(d_tmp_, g.q_w, nullptr, d_q_, a.ln1, w.q_w, N, C, Dq);
+    nx_.add_inplace(d_ln_, d_tmp_, NC);
+    if (recorder_) record(pfx + "input_layernorm", d_ln_, {B, T, C});
+    nx_.rmsnorm_backward(d_tmp_, g.ln1_w, d_ln_, x_in, w.ln1_w, a.ln1_rstd, N, C);
+    nx_.add_inplace(d_res_, d_tmp_, NC);  // d(x) = d(res1) + d(through attention)
+  }
+  if (recorder_) record("actgrad.embed", d_res_, {B, T, C});
+  // The embedding is the only user of its rows here (the head is untied): start from zero,
+  // since the lookup's backward accumulates.
+  std::memset(grads + embed_w_, 0, sizeof(float) * layout_.tensors().front().numel);
+  nx_.embedding_backward(grads + embed_w_, nullptr, d_res_, tokens_.data(), B, T, C);
+}
+
+}  // namespace forge

@@ -1,0 +1,63 @@
+// Default implementations of the Llama-family ops of Numerics: the fp32 kernels of
+// kernels/{rmsnorm,rope,swiglu,gqa_attention}.h. Every profile inherits them until it
+// overrides an op with its own arithmetic (torch-cpu's bit-for-bit replica, bf16, CUDA).
+#include "forge/kernels/gqa_attention.h"
+#include "forge/kernels/rmsnorm.h"
+#include "forge/kernels/rope.h"
+#include "forge/kernels/swiglu.h"
+#include "forge/numerics/numerics.h"
+
+namespace forge {
+
+namespace k = kernels::cpu;
+
+void Numerics::rmsnorm_forward(float* out, float* rstd, const float* inp, const float* weight,
+                               int N, int C, float eps) {
+  k::rmsnorm_forward(out, rstd, inp, weight, N, C, eps);
+}
+
+void Numerics::rmsnorm_backward(float* dinp, float* dweight, const float* dout, const float* inp,
+                                const float* weight, const float* rstd, int N, int C) {
+  k::rmsnorm_backward(dinp, dweight, dout, inp, weight, rstd, N, C);
+}
+
+void Numerics::rope_tables(float* cos, float* sin, int T, int hd, double theta) {
+  k::rope_tables(cos, sin, T, hd, theta);
+}
+
+void Numerics::rope_forward(float* out, const float* inp, const float* cos, const float* sin,
+                            int B, int T, int n_heads, int hd) {
+  k::rope_forward(out, inp, cos, sin, B, T, n_heads, hd);
+}
+
+void Numerics::rope_backward(float* dinp, const float* dout, const float* cos, const float* sin,
+                             int B, int T, int n_heads, int hd) {
+  k::rope_backward(dinp, dout, cos, sin, B, T, n_heads, hd);
+}
+
+void Numerics::swiglu_forward(float* out, const float* gate, const float* up, size_t n) {
+  k::swiglu_forward(out, gate, up, n);
+}
+
+void Numerics::swiglu_backward(float* dgate, float* dup, const float* dout, const float* gate,
+                               const float* up, size_t n) {
+  k::swiglu_backward(dgate, dup, dout, gate, up, n);
+}
+
+size_t Numerics::gqa_attention_saved_floats(int B, int T, int NH, int KVH, int hd) const {
+  return k::gqa_attention_saved_floats({B, T, NH, KVH, hd});
+}
+
+void Numerics::gqa_attention_forward(float* out, float* saved, const float* q, const float* kk,
+                                     const float* v, int B, int T, int NH, int KVH, int hd) {
+  k::gqa_attention_forward(out, saved, q, kk, v, {B, T, NH, KVH, hd});
+}
+
+void Numerics::gqa_attention_backward(float* dq, float* dk, float* dv, const float* dout,
+                                      const float* q, const float* kk, const float* v,
+                                      const float* out, const float* saved, int B, int T, int NH,
+                                      int KVH, int hd) {
+  k::gqa_attention_backward(dq, dk, dv, dout, q, kk, v, out, saved, {B, T, NH, KVH, hd});
+}
+
+}  // namespace forge
