@@ -19,8 +19,7 @@ import time
 import torch
 
 from .config import load_config
-from .gpt2 import GPT
-from .train import make_optimizer
+from .train import FAMILIES, make_optimizer
 
 
 def main(argv=None):
@@ -39,7 +38,7 @@ def main(argv=None):
     torch.set_num_threads(a.threads)
     B = a.batch or cfg.train.batch_size
     T = a.seq or cfg.train.seq_len
-    model = GPT(cfg.model)
+    model = FAMILIES[cfg.model.family][0](cfg.model)
     model.init_weights(cfg.train.seed)
     opt = make_optimizer(model, cfg.train)
     step_fn = model

@@ -80,4 +80,41 @@ double TimedNumerics::optimizer_step(ParamRef* params, int count, const Optimize
   return timed("clip + AdamW", [&] { return inner_->optimizer_step(params, count, hp); });
 }
 
+void TimedNumerics::rmsnorm_forward(float* out, float* rstd, const float* inp, const float* w,
+                                    int N, int C, float eps) {
+  timed("rmsnorm fwd", [&] { inner_->rmsnorm_forward(out, rstd, inp, w, N, C, eps); });
+}
+void TimedNumerics::rmsnorm_backward(float* dinp, float* dw, const float* dout, const float* inp,
+                                     const float* w, const float* rstd, int N, int C) {
+  timed("rmsnorm bwd", [&] { inner_->rmsnorm_backward(dinp, dw, dout, inp, w, rstd, N, C); });
+}
+void TimedNumerics::rope_forward(float* out, const float* inp, const float* cos, const float* sin,
+                                 int B, int T, int n_heads, int hd) {
+  timed("rope fwd", [&] { inner_->rope_forward(out, inp, cos, sin, B, T, n_heads, hd); });
+}
+void TimedNumerics::rope_backward(float* dinp, const float* dout, const float* cos,
+                                  const float* sin, int B, int T, int n_heads, int hd) {
+  timed("rope bwd", [&] { inner_->rope_backward(dinp, dout, cos, sin, B, T, n_heads, hd); });
+}
+void TimedNumerics::swiglu_forward(float* out, const float* gate, const float* up, size_t n) {
+  timed("swiglu fwd", [&] { inner_->swiglu_forward(out, gate, up, n); });
+}
+void TimedNumerics::swiglu_backward(float* dgate, float* dup, const float* dout, const float* gate,
+                                    const float* up, size_t n) {
+  timed("swiglu bwd", [&] { inner_->swiglu_backward(dgate, dup, dout, gate, up, n); });
+}
+void TimedNumerics::gqa_attention_forward(float* out, float* saved, const float* q, const float* k,
+                                          const float* v, int B, int T, int NH, int KVH, int hd) {
+  timed("attention fwd",
+        [&] { inner_->gqa_attention_forward(out, saved, q, k, v, B, T, NH, KVH, hd); });
+}
+void TimedNumerics::gqa_attention_backward(float* dq, float* dk, float* dv, const float* dout,
+                                           const float* q, const float* k, const float* v,
+                                           const float* out, const float* saved, int B, int T,
+                                           int NH, int KVH, int hd) {
+  timed("attention bwd", [&] {
+    inner_->gqa_attention_backward(dq, dk, dv, dout, q, k, v, out, saved, B, T, NH, KVH, hd);
+  });
+}
+
 }  // namespace forge

@@ -53,6 +53,31 @@ class TimedNumerics final : public Numerics {
                               const int32_t* targets, int N, int V, int Vp, float dloss) override;
   double optimizer_step(ParamRef* params, int count, const OptimizerStep& hp) override;
 
+  // llama ops
+  void rmsnorm_forward(float* out, float* rstd, const float* inp, const float* weight, int N,
+                       int C, float eps) override;
+  void rmsnorm_backward(float* dinp, float* dweight, const float* dout, const float* inp,
+                        const float* weight, const float* rstd, int N, int C) override;
+  void rope_tables(float* cos, float* sin, int T, int hd, double theta) override {
+    inner_->rope_tables(cos, sin, T, hd, theta);
+  }
+  void rope_forward(float* out, const float* inp, const float* cos, const float* sin, int B,
+                    int T, int n_heads, int hd) override;
+  void rope_backward(float* dinp, const float* dout, const float* cos, const float* sin, int B,
+                     int T, int n_heads, int hd) override;
+  void swiglu_forward(float* out, const float* gate, const float* up, size_t n) override;
+  void swiglu_backward(float* dgate, float* dup, const float* dout, const float* gate,
+                       const float* up, size_t n) override;
+  size_t gqa_attention_saved_floats(int B, int T, int NH, int KVH, int hd) const override {
+    return inner_->gqa_attention_saved_floats(B, T, NH, KVH, hd);
+  }
+  void gqa_attention_forward(float* out, float* saved, const float* q, const float* k,
+                             const float* v, int B, int T, int NH, int KVH, int hd) override;
+  void gqa_attention_backward(float* dq, float* dk, float* dv, const float* dout, const float* q,
+                              const float* k, const float* v, const float* out,
+                              const float* saved, int B, int T, int NH, int KVH,
+                              int hd) override;
+
  private:
   template <typename F>
   auto timed(const char* op, F&& f);
