@@ -36,22 +36,23 @@ std::vector<int32_t> generate(Model& model, std::vector<int32_t> tokens, int T,
   std::vector<float> probs(V);
   std::vector<int32_t> order(V);
   const bool cached = opt.kv_cache && model.has_kv_cache();
+  // The window of context the next token sees: tokens[start, end). When it is full it
+  // restarts from its last T/2 tokens, so that both paths see the same context and the
+  // cache is rebuilt once every T/2 tokens rather than for every token.
+  size_t start = tokens.size() > static_cast<size_t>(T) ? tokens.size() - T : 0;
   int in_cache = 0;  // tokens of the current window already in the cache
-  // Feeds the window (the last min(size, T) tokens) to the cache from scratch.
   auto prefill = [&]() -> const float* {
     model.reset_kv_cache();
-    const int ctx = std::min<int>(static_cast<int>(tokens.size()), T);
-    const int32_t* window = tokens.data() + tokens.size() - ctx;
     const float* l = nullptr;
-    for (int i = 0; i < ctx; ++i) l = model.decode_step(window[i], i);
-    in_cache = ctx;
+    for (size_t i = start; i < tokens.size(); ++i) l = model.decode_step(tokens[i], static_cast<int>(i - start));
+    in_cache = static_cast<int>(tokens.size() - start);
     return l;
   };
   const float* logits = cached ? prefill() : nullptr;
   for (int i = 0; i < opt.max_new_tokens; ++i) {
     if (!cached) {
-      const int ctx = std::min<int>(static_cast<int>(tokens.size()), T);
-      model.forward(tokens.data() + tokens.size() - ctx, nullptr, 1, ctx);
+      const int ctx = static_cast<int>(tokens.size() - start);
+      model.forward(tokens.data() + start, nullptr, 1, ctx);
       logits = model.logits() + static_cast<size_t>(ctx - 1) * Vp;
     }
     int32_t next = 0;
@@ -81,10 +82,10 @@ std::vector<int32_t> generate(Model& model, std::vector<int32_t> tokens, int T,
     }
     tokens.push_back(next);
     on_token(next);
-    if (cached && i + 1 < opt.max_new_tokens) {
-      // A full window slides by one: positions change, so the cache is rebuilt.
-      logits = in_cache < T ? model.decode_step(next, in_cache++) : prefill();
-    }
+    const bool restart = tokens.size() - start > static_cast<size_t>(T);
+    if (restart) start = tokens.size() - std::max(1, T / 2);
+    if (cached && i + 1 < opt.max_new_tokens)
+      logits = restart ? prefill() : model.decode_step(next, in_cache++);
   }
   return tokens;
 }

@@ -23,8 +23,9 @@ struct SampleOptions {
 };
 
 // Appends up to max_new_tokens to the prompt, calling on_token for each one as it is made.
-// The context window slides when it exceeds the model's planned T. With a KV cache each
-// new token costs one token's forward pass; without, the whole window is recomputed.
+// When the context exceeds the model's planned T it restarts from its last T/2 tokens.
+// With a KV cache each new token costs one token's forward pass; without, the whole
+// window is recomputed. Both give the same tokens.
 std::vector<int32_t> generate(Model& model, std::vector<int32_t> prompt, int T,
                               const SampleOptions& options,
                               const std::function<void(int32_t)>& on_token);
