@@ -53,26 +53,8 @@ template void cross_entropy_backward<double>(double*, const double*, const doubl
 namespace cpu {
 
 // The SIMD source, compiled once per ISA (see cpu/dispatch.h).
-#pragma GCC push_options
-#pragma GCC target("avx512f,avx512dq,avx512bw,avx512vl,avx2,fma")
-namespace isa_avx512 {
-namespace simd = ::forge::kernels::simd::avx512;
-#include "forge/kernels/cpu/cross_entropy.inc"
-}  // namespace isa_avx512
-#pragma GCC pop_options
-
-#pragma GCC push_options
-#pragma GCC target("avx2,fma")
-namespace isa_avx2 {
-namespace simd = ::forge::kernels::simd::avx2;
-#include "forge/kernels/cpu/cross_entropy.inc"
-}  // namespace isa_avx2
-#pragma GCC pop_options
-
-namespace isa_generic {
-namespace simd = ::forge::kernels::simd::generic;
-#include "forge/kernels/cpu/cross_entropy.inc"
-}  // namespace isa_generic
+#define FORGE_ISA_SOURCE "forge/kernels/cpu/cross_entropy.inc"
+#include "forge/kernels/cpu/for_each_isa.inc"
 
 float cross_entropy_forward(float* lse, const float* logits, const int32_t* targets, int N, int V,
                             int Vp) {

@@ -45,26 +45,8 @@ template void gemm<double>(bool, bool, int, int, int, const double*, int, const 
 namespace cpu {
 
 // The SIMD source, compiled once per ISA (see cpu/dispatch.h).
-#pragma GCC push_options
-#pragma GCC target("avx512f,avx512dq,avx512bw,avx512vl,avx2,fma")
-namespace isa_avx512 {
-namespace simd = ::forge::kernels::simd::avx512;
-#include "forge/kernels/cpu/gemm.inc"
-}  // namespace isa_avx512
-#pragma GCC pop_options
-
-#pragma GCC push_options
-#pragma GCC target("avx2,fma")
-namespace isa_avx2 {
-namespace simd = ::forge::kernels::simd::avx2;
-#include "forge/kernels/cpu/gemm.inc"
-}  // namespace isa_avx2
-#pragma GCC pop_options
-
-namespace isa_generic {
-namespace simd = ::forge::kernels::simd::generic;
-#include "forge/kernels/cpu/gemm.inc"
-}  // namespace isa_generic
+#define FORGE_ISA_SOURCE "forge/kernels/cpu/gemm.inc"
+#include "forge/kernels/cpu/for_each_isa.inc"
 
 const char* gemm_backend_name(GemmBackend b) {
   switch (b) {
