@@ -1,7 +1,7 @@
 // Global-norm gradient clipping followed by AdamW, with torch's formulas
 // (torch.nn.utils.clip_grad_norm_ and torch.optim.AdamW, single-tensor path):
-//   norm = sqrt(sum over all tensors of sum g^2)            (accumulated in double)
-//   coef = min(1, max_norm / (norm + 1e-6))                  (only when max_norm > 0)
+//   norm = || (||g_1||, ..., ||g_n||) ||                      (fp32, torch's summation order)
+//   coef = min(1, max_norm / (norm + 1e-6))                  (fp32; only when max_norm > 0)
 //   g    = coef * grad
 //   param *= 1 - lr * weight_decay                           (decoupled; decay tensors only)
 //   m  = m + (1 - beta1) (g - m)                             (torch's lerp)
@@ -14,6 +14,10 @@
 #include "forge/numerics/numerics.h"
 
 namespace forge::kernels {
+
+// clip_grad_norm_'s total norm, bit for bit as PyTorch computes it in fp32 (per-tensor
+// torch.linalg.vector_norm, then the norm of those norms).
+float global_grad_norm(const ParamRef* params, int count);
 
 namespace scalar {
 // Clips the gradients in place, as torch does, then updates.
