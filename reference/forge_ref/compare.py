@@ -14,7 +14,10 @@ BITWISE when every bit pattern matches, TOLERANCE when rel_l2 <= 1e-5 (2e-2 for 
 loss uses |d| <= 1e-5*|ref|, 2e-3*|ref| for bf16), NONE otherwise, and NONE whenever a NaN or
 Inf appears on either side. CONVERGENT belongs to a run's loss curve: checked for the
 long-horizon gate (or with --convergence): mean over steps 101..200 of |loss-ref|/ref < 1%
-and final validation losses within 1%.
+and final validation losses within 1%. SURPASS is the perf gate's rung: CONVERGENT, the
+engine's final validation loss no more than 0.5% above the reference's, and the engine's
+tokens/s above the reference's, both read from the two step logs of the same run (median
+step time after PERF_WARMUP steps; both sides train the same tokens per step).
 
 The first failing tensor is looked for step by step, and inside a step in the order the
 computation produces them, so that it names where a divergence starts: act.* in forward
@@ -35,6 +38,9 @@ from .safetensors_io import load_numpy
 
 RUNGS = ["NONE", "CONVERGENT", "TOLERANCE", "BITWISE"]
 RANK = {r: i for i, r in enumerate(RUNGS)}
+SURPASS = "SURPASS"  # the perf gate's rung: CONVERGENT and more (speed, validation loss)
+PERF_VAL_TOL = 0.005
+PERF_WARMUP = 10
 BOUNDS = {"fp32": {"rel_l2": 1e-5, "loss": 1e-5}, "bf16": {"rel_l2": 2e-2, "loss": 2e-3}}
 CONV_WINDOW = (101, 200)
 CONV_TOL = 0.01
@@ -112,6 +118,40 @@ def read_log(path):
     if not out:
         raise RefError(f"{path}: no step lines with 'step' and 'loss'")
     return out
+
+
+def read_step_ms(path, what):
+    """{step: milliseconds} from a JSONL step log whose lines carry "ms" (both sides write it)."""
+    out = {}
+    try:
+        with open(path, "r", encoding="utf-8") as f:
+            for line in f:
+                line = line.strip()
+                if not line.startswith("{"):
+                    continue
+                rec = json.loads(line)
+                if isinstance(rec, dict) and "step" in rec and "ms" in rec:
+                    out[int(rec["step"])] = float(rec["ms"])
+    except (OSError, ValueError) as e:
+        raise RefError(f"{what} {path}: {e}") from None
+    if not out:
+        raise RefError(f"{what} {path}: no step lines with 'step' and 'ms'")
+    return out
+
+
+def check_speed(ms_e, ms_r):
+    """Median step time of each side over the steps after PERF_WARMUP (start-up, first-touch
+    page faults and allocator growth are not the steady state being compared)."""
+    def median_after_warmup(ms):
+        steps = sorted(ms)
+        kept = [ms[s] for s in steps if s > PERF_WARMUP] or [ms[s] for s in steps]
+        kept.sort()
+        n = len(kept)
+        return (kept[n // 2] if n % 2 else 0.5 * (kept[n // 2 - 1] + kept[n // 2])), n
+    e, ne = median_after_warmup(ms_e)
+    r, nr = median_after_warmup(ms_r)
+    return {"engine_ms": e, "reference_ms": r, "steps_engine": ne, "steps_reference": nr,
+            "speedup": r / e if e > 0 else math.inf, "ok": e < r}
 
 
 def read_val(value, what):
@@ -288,7 +328,7 @@ def compare_without_k_bias(name, a, b, bounds):
 
 
 def run_gate(engine, ref, gate, profile, required, convergence=False, val_e=None, val_r=None,
-             exclude=(), exempt_k_bias=False):
+             exclude=(), exempt_k_bias=False, speed=None):
     """exclude: regular expressions of tensor names reported but not counted in the verdict.
     exempt_k_bias: see compare_without_k_bias."""
     bounds = BOUNDS["bf16" if profile == "bf16" else "fp32"]
@@ -335,8 +375,30 @@ def run_gate(engine, ref, gate, profile, required, convergence=False, val_e=None
     else:
         verdict = "NONE"
 
+    perf = None
+    if speed is not None:
+        # SURPASS sits beside the accuracy rungs: it asks for CONVERGENT and more.
+        perf = dict(speed)
+        perf["val_ok"] = bool(conv and conv["val_engine"] is not None and conv["val_ref"] is not None
+                              and conv["val_engine"] <= conv["val_ref"] * (1 + PERF_VAL_TOL))
+        reasons = []
+        if verdict == "NONE":
+            reasons.append("not CONVERGENT")
+        if not perf["val_ok"]:
+            reasons.append(f"final validation loss more than {PERF_VAL_TOL:.1%} above the reference's")
+        if not perf["ok"]:
+            reasons.append(f"engine not faster (median step {perf['engine_ms']:.1f} ms vs "
+                           f"{perf['reference_ms']:.1f} ms)")
+        perf["reason"] = "; ".join(reasons)
+        if verdict != "NONE" and perf["val_ok"] and perf["ok"]:
+            verdict = SURPASS
+    if required == SURPASS:
+        passed = verdict == SURPASS
+    else:
+        passed = verdict in RANK and RANK[verdict] >= RANK[required]
+
     first = None
-    if RANK[verdict] < RANK[required]:
+    if not passed and required != SURPASS:
         # Tensors are named against the required rung; a CONVERGENT requirement is about
         # the curve, so then the first tensor below TOLERANCE is named for information.
         need = required if RANK[required] >= RANK["TOLERANCE"] else "TOLERANCE"
@@ -345,7 +407,7 @@ def run_gate(engine, ref, gate, profile, required, convergence=False, val_e=None
                 first = r
                 break
     return {"gate": gate, "profile": profile, "required": required, "verdict": verdict,
-            "passed": RANK[verdict] >= RANK[required], "bounds": bounds,
+            "passed": passed, "bounds": bounds, "perf": perf,
             "engine": {"path": engine.path, "source": engine.source, "level": engine.level},
             "reference": {"path": ref.path, "source": ref.source, "level": ref.level},
             "first_failure": first, "convergence": conv, "tensors": records,
@@ -400,6 +462,12 @@ def markdown(rep):
                      f"{'ok' if conv['ok'] else 'not reached'}; mean |loss-ref|/ref {_fmt(conv['mean_rel'])}, "
                      f"val engine {_fmt(conv['val_engine'], '.6f')} ref {_fmt(conv['val_ref'], '.6f')} "
                      f"rel {_fmt(conv['val_rel'])}" + (f"; {conv['reason']}" if conv["reason"] else ""))
+    perf = rep.get("perf")
+    if perf is not None:
+        lines.append(f"- speed (median step after {PERF_WARMUP} warm-up steps, same run): engine "
+                     f"{perf['engine_ms']:.1f} ms, reference {perf['reference_ms']:.1f} ms: "
+                     f"{perf['speedup']:.2f}x; final validation loss within {PERF_VAL_TOL:.1%}: "
+                     f"{'yes' if perf['val_ok'] else 'no'}" + (f"; {perf['reason']}" if perf["reason"] else ""))
     # One row per tensor name, worst over the steps: a per-step table would run to
     # thousands of rows on a long run (the JSON report has them all).
     worst, count = {}, {}
@@ -489,7 +557,7 @@ def main(argv=None):
     ap.add_argument("ref", help="the reference's dump directory or JSONL log")
     ap.add_argument("--gate", required=True)
     ap.add_argument("--profile", required=True, help="fast | torch-cpu | bf16 (bf16 selects the bf16 bounds)")
-    ap.add_argument("--required", required=True, choices=RUNGS)
+    ap.add_argument("--required", required=True, choices=RUNGS + [SURPASS])
     ap.add_argument("--md", metavar="OUT.md")
     ap.add_argument("--json", metavar="OUT.json")
     ap.add_argument("--plot", metavar="OUT.png")
@@ -512,10 +580,16 @@ def main(argv=None):
         engine.losses.update(read_log(args.engine_log))
     if args.ref_log:
         ref.losses.update(read_log(args.ref_log))
-    conv = args.convergence or args.gate == "long-horizon"
+    conv = args.convergence or args.gate in ("long-horizon", "perf")
+    speed = None
+    if args.gate == "perf":
+        if not (args.engine.endswith(".jsonl") and args.ref.endswith(".jsonl")):
+            raise RefError("--gate perf compares two JSONL step logs (with 'ms'), not dumps")
+        speed = check_speed(read_step_ms(args.engine, "engine log"),
+                            read_step_ms(args.ref, "reference log"))
     rep = run_gate(engine, ref, args.gate, args.profile, args.required, convergence=conv,
                    val_e=read_val(args.engine_val, "--engine-val"), val_r=read_val(args.ref_val, "--ref-val"), exclude=args.exclude,
-                   exempt_k_bias=args.exempt_k_bias)
+                   exempt_k_bias=args.exempt_k_bias, speed=speed)
     if args.plot:
         engine.scan_losses()
         ref.scan_losses()

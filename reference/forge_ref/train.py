@@ -82,7 +82,13 @@ def _f32(t):
     return t.detach().to("cpu", torch.float32).contiguous().clone()
 
 
-def evaluate(model, cfg, device):
+def autocast(device, dtype):
+    """Mixed precision for the bf16 profile's perf gate: matmuls in bf16 under torch.autocast,
+    fp32 master weights and optimizer (what a PyTorch user runs for bf16 on CPU)."""
+    return torch.autocast(device.type, dtype=torch.bfloat16, enabled=dtype == "bf16")
+
+
+def evaluate(model, cfg, device, amp="none"):
     """Mean over eval_batches of the micro-batch mean losses, from position 0 of val."""
     t = cfg.train
     if not cfg.data.val or t.eval_batches == 0:
@@ -93,7 +99,8 @@ def evaluate(model, cfg, device):
     with torch.no_grad():
         for _ in range(t.eval_batches):
             x, y = loader.next()
-            _, loss = model(x.to(device), y.to(device))
+            with autocast(device, amp):
+                _, loss = model(x.to(device), y.to(device))
             total += float(loss.item())
     model.train()
     return total / t.eval_batches
@@ -124,6 +131,8 @@ def main(argv=None):
     ap.add_argument("--val-out", metavar="FILE", help="write {\"val_loss\": ...} here at the end")
     ap.add_argument("--log-out", metavar="FILE", help="also write the per-step JSON lines here")
     ap.add_argument("--device", default="cpu", help="cpu (default) or cuda")
+    ap.add_argument("--autocast", choices=("none", "bf16"), default="none",
+                    help="bf16: forward under torch.autocast to bfloat16 (the bf16 perf gate's peer)")
     args = ap.parse_args(argv)
 
     cfg = load_config(args.config)
@@ -181,7 +190,8 @@ def main(argv=None):
         for m in range(t.grad_accum_steps):
             x, y = loader.next()
             cap = fam.new_capture() if (want_acts and m == 0) else None
-            _, loss = model(x.to(device), y.to(device), capture=cap)
+            with autocast(device, args.autocast):
+                _, loss = model(x.to(device), y.to(device), capture=cap)
             (loss / t.grad_accum_steps).backward()
             loss_sum += float(loss.item())
             if cap is not None:
@@ -218,7 +228,7 @@ def main(argv=None):
             log.write(line + "\n")
             log.flush()
 
-    val = evaluate(model, cfg, device)
+    val = evaluate(model, cfg, device, args.autocast)
     if val is not None:
         line = json.dumps({"val_loss": val})
         print(line, flush=True)

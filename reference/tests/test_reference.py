@@ -413,6 +413,40 @@ class CompareTest(unittest.TestCase):
             self.assertEqual(compare.main(args + ["--engine-val", "3.1", "--ref-val", "3.0"]), 1)
             self.assertEqual(compare.main(args), 1)  # no validation losses: not convergent
 
+    def test_surpass_needs_convergence_speed_and_validation(self):
+        def verdict(eng_ms, eng_loss_scale, val_e, val_r="3.0"):
+            eng, ref = (os.path.join(self.tmp.name, n) for n in ("e.jsonl", "r.jsonl"))
+            with open(eng, "w") as fe, open(ref, "w") as fr:
+                for s in range(1, 201):
+                    r = 5.0 - s / 100
+                    # the first steps are slow on both sides and must not count
+                    slow = 50.0 if s <= compare.PERF_WARMUP else 0.0
+                    fr.write(json.dumps({"step": s, "loss": r, "ms": 10.0 + slow}) + "\n")
+                    fe.write(json.dumps({"step": s, "loss": r * eng_loss_scale,
+                                         "ms": eng_ms + slow}) + "\n")
+            js = os.path.join(self.tmp.name, "perf.json")
+            out = io.StringIO()
+            with contextlib.redirect_stdout(out):
+                rc = compare.main([eng, ref, "--gate", "perf", "--profile", "fast", "--required",
+                                   "SURPASS", "--engine-val", val_e, "--ref-val", val_r, "--json", js])
+            with open(js) as f:
+                rep = json.load(f)
+            return rc, out.getvalue().strip().splitlines()[-1], rep["perf"]
+
+        rc, last, perf = verdict(4.0, 1.002, "3.01")
+        self.assertEqual((rc, last), (0, "gate perf profile fast: SURPASS"))
+        self.assertAlmostEqual(perf["speedup"], 2.5)
+        # slower than the reference: convergent, not surpassing
+        rc, last, perf = verdict(12.0, 1.002, "3.01")
+        self.assertEqual((rc, last), (1, "gate perf profile fast: CONVERGENT"))
+        self.assertIn("not faster", perf["reason"])
+        # faster, but the validation loss is 0.8% worse (inside CONVERGENT's 1%, not 0.5%)
+        rc, last, perf = verdict(4.0, 1.002, "3.024")
+        self.assertEqual((rc, last), (1, "gate perf profile fast: CONVERGENT"))
+        # faster but not convergent
+        rc, last, _ = verdict(4.0, 1.05, "3.0")
+        self.assertEqual((rc, last), (1, "gate perf profile fast: NONE"))
+
 
 class TrainingRunTest(unittest.TestCase):
     """3 steps of the trainer under both interpreters, on a shard made by our writer."""

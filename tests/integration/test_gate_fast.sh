@@ -1,7 +1,8 @@
 # EQUIVALENCE.md's gates of the `fast` profile, engine against the PyTorch reference:
 # alignment and multistep on tiny (TOLERANCE), resume (BITWISE), long-horizon on
 # configs/ci.json (CONVERGENT), dp (mpirun -np 2: BITWISE vs one process, TOLERANCE vs
-# the reference). A gate that cannot run fails here; nothing is skipped.
+# the reference), perf on configs/ci.json (SURPASS: convergent, as good, faster in the same
+# run). A gate that cannot run fails here; nothing is skipped.
 source "$(dirname "$0")/lib.sh"
 prepare_corpus
 data=(data.train='"data/train.bin"' data.val='"data/val.bin"')
@@ -43,7 +44,8 @@ run_gate() {
   done
   grep -q "^- run time" "v-$gate/report.md" || fail "$gate: report.md lacks the run section"
   echo "ok: $last ($((SECONDS - t0)) s); $(grep -m1 '^worst tensor' "$gate.out")"
-  grep -m1 '^- convergence' "$gate.out" || true
+  grep -m1 '^- convergence' "v-$gate/report.md" || true
+  grep -m1 '^- speed' "v-$gate/report.md" || true
 }
 
 run_gate alignment tiny.json 'TOLERANCE|BITWISE'
@@ -51,3 +53,4 @@ run_gate multistep tiny.json 'TOLERANCE|BITWISE' loss.png
 run_gate resume tiny.json 'BITWISE'
 run_gate long-horizon ci.json 'CONVERGENT|TOLERANCE|BITWISE' loss.png
 run_gate dp tiny.json 'TOLERANCE|BITWISE'
+run_gate perf ci.json 'SURPASS' loss.png

@@ -9,9 +9,9 @@ void register_verify(CLI::App& app) {
   auto o = std::make_shared<verify::VerifyOptions>();
   auto* cmd = app.add_subcommand(
       "verify", "run a gate of the equivalence ladder: the engine against PyTorch (or itself)");
-  cmd->add_option("--gate", o->gate, "alignment | multistep | resume | long-horizon | dp")
+  cmd->add_option("--gate", o->gate, "alignment | multistep | resume | long-horizon | dp | perf")
       ->required()
-      ->check(CLI::IsMember({"alignment", "multistep", "resume", "long-horizon", "dp"}));
+      ->check(CLI::IsMember({"alignment", "multistep", "resume", "long-horizon", "dp", "perf"}));
   cmd->add_option("--profile", o->profile, "numerics profile: fast | torch-cpu | bf16")
       ->required()
       ->check(CLI::IsMember({"fast", "torch-cpu", "bf16"}));

@@ -29,6 +29,7 @@ using Clock = std::chrono::steady_clock;
 // EQUIVALENCE.md, table "Gates".
 std::string required_rung(const std::string& gate, const std::string& profile) {
   if (gate == "resume") return "BITWISE";
+  if (gate == "perf") return "SURPASS";  // any profile: the same run, faster, as good
   if (profile == "torch-cpu") return "BITWISE";
   if (gate == "long-horizon") return "CONVERGENT";
   return "TOLERANCE";
@@ -38,7 +39,7 @@ int default_steps(const std::string& gate, int config_steps) {
   if (gate == "alignment") return 1;
   if (gate == "multistep" || gate == "dp") return 8;
   if (gate == "resume") return 20;
-  return config_steps;  // long-horizon: the config's own schedule
+  return config_steps;  // long-horizon and perf: the config's own schedule
 }
 
 // Progress goes to stderr, one line per phase, so that stdout carries only the report.
@@ -209,8 +210,11 @@ int run_verify(const VerifyOptions& o) {
   const std::string& gate = o.gate;
   const std::string& profile = o.profile;
   if (gate != "alignment" && gate != "multistep" && gate != "resume" && gate != "long-horizon" &&
-      gate != "dp")
-    fail("--gate: expected alignment | multistep | resume | long-horizon | dp, got '{}'", gate);
+      gate != "dp" && gate != "perf")
+    fail("--gate: expected alignment | multistep | resume | long-horizon | dp | perf, got '{}'",
+         gate);
+  // perf is long-horizon plus throughput: the same two training runs, also timed.
+  const bool long_run = gate == "long-horizon" || gate == "perf";
   if (profile != "fast" && profile != "torch-cpu" && profile != "bf16")
     fail("--profile: expected fast | torch-cpu | bf16, got '{}'", profile);
   const std::string required = required_rung(gate, profile);
@@ -224,13 +228,13 @@ int run_verify(const VerifyOptions& o) {
     fail("{}: malformed JSON: {}", o.config, e.what());
   }
   const int steps = o.steps > 0 ? o.steps : default_steps(gate, cfg.train.steps);
-  if (gate == "long-horizon" && steps < 200)
-    fail("{} is {}; the long-horizon gate needs at least 200 steps (CONVERGENT averages "
+  if (long_run && steps < 200)
+    fail("{} is {}; the {} gate needs at least 200 steps (CONVERGENT averages "
          "|loss-ref|/ref over steps 101..200)",
-         o.steps > 0 ? std::string("--steps") : o.config + ": field 'train.steps'", steps);
-  if (gate == "long-horizon" && (cfg.data.val.empty() || cfg.train.eval_batches <= 0))
-    fail("{}: fields 'data.val' and 'train.eval_batches': the long-horizon gate compares final "
-         "validation losses, so it needs a validation shard and eval_batches > 0", o.config);
+         o.steps > 0 ? std::string("--steps") : o.config + ": field 'train.steps'", steps, gate);
+  if (long_run && (cfg.data.val.empty() || cfg.train.eval_batches <= 0))
+    fail("{}: fields 'data.val' and 'train.eval_batches': the {} gate compares final "
+         "validation losses, so it needs a validation shard and eval_batches > 0", o.config, gate);
   if (gate == "resume" && steps < 2) fail("--steps: the resume gate needs at least 2 steps, got {}", steps);
   int threads = o.threads >= 0 ? o.threads : cfg.train.threads;
   // Pinned even when the config says "all cores": the reference's reduction order depends on it.
@@ -377,10 +381,12 @@ int run_verify(const VerifyOptions& o) {
           py_env);
     engine_side = out("dp-dump");
     ref_side = out("ref-dump");
-  } else {  // long-horizon
-    const bool bitwise = profile == "torch-cpu";
+  } else {  // long-horizon or perf
+    const bool bitwise = profile == "torch-cpu" && gate == "long-horizon";
+    const bool perf = gate == "perf";
     dump_desc = bitwise ? "level 1 at every step (BITWISE needs every tensor)"
-                        : "none (the loss curves and final validation losses decide)";
+                        : perf ? "none (loss curves, final validation losses and step times decide)"
+                               : "none (the loss curves and final validation losses decide)";
     r.run("reference draws the initial state", "init.log",
           {ref_python, "-m", "forge_ref.train", "--config", config, "--init-out", init}, py_env);
     auto eng = with(engine_base, {"--init", init, "--out-dir", out("engine")});
@@ -392,8 +398,17 @@ int run_verify(const VerifyOptions& o) {
       eng = with(eng, {"--dump", out("engine-dump"), "--dump-level", "1"});
       ref = with(ref, {"--dump", out("ref-dump"), "--dump-level", "1"});
     }
+    auto ref_env = py_env;
+    if (perf) {
+      // The peer is PyTorch at its best (BENCHMARKS.md): glibc malloc tuned so that large
+      // activations are not returned to the kernel every step; for bf16, CPU autocast.
+      ref_env.insert({{"MALLOC_MMAP_THRESHOLD_", "33554432"},
+                      {"MALLOC_TRIM_THRESHOLD_", "17179869184"},
+                      {"MALLOC_TOP_PAD_", "1073741824"}});
+      if (profile == "bf16") ref = with(ref, {"--autocast", "bf16"});
+    }
     r.run(fmt::format("engine trains {} steps", steps), "engine.log", eng);
-    r.run(fmt::format("reference trains {} steps", steps), "reference.log", ref, py_env);
+    r.run(fmt::format("reference trains {} steps", steps), "reference.log", ref, ref_env);
     engine_side = bitwise ? out("engine-dump") : (r.out / "engine/metrics.jsonl").string();
     ref_side = bitwise ? out("ref-dump") : out("reference.jsonl");
     compare_extra = {"--engine-val", (r.out / "engine/metrics.jsonl").string(), "--ref-val",
@@ -409,7 +424,7 @@ int run_verify(const VerifyOptions& o) {
   cmp.insert(cmp.end(), compare_extra.begin(), compare_extra.end());
   // Non-bitwise profiles: the key third of c_attn.bias has an exactly zero true gradient, so
   // its updates are Adam-normalised rounding noise (see forge_ref.compare); still reported.
-  if (profile != "torch-cpu" && gate != "resume") cmp.push_back("--exempt-k-bias");
+  if (profile != "torch-cpu" && gate != "resume" && gate != "perf") cmp.push_back("--exempt-k-bias");
   Command c;
   c.argv = cmp;
   c.env = py_env;
