@@ -156,6 +156,11 @@ def validate_config(c):
     need(m.block_size > 0, "model.block_size", "must be > 0")
     need(m.ffn_hidden >= 0, "model.ffn_hidden", "must be >= 0")
     need(m.norm_eps > 0, "model.norm_eps", "must be > 0")
+    need(m.rope_theta > 0, "model.rope_theta", "must be > 0")
+    if m.family == "llama":  # the engine's validate_config has the same rules
+        need((m.n_embd // m.n_head) % 2 == 0, "model.n_embd",
+             "must give an even head dimension n_embd/n_head for rotary embeddings")
+        need(m.ffn_hidden > 0, "model.ffn_hidden", "must be the SwiGLU width (> 0) for family llama")
     need(t.batch_size > 0, "train.batch_size", "must be > 0")
     need(0 < t.seq_len <= m.block_size, "train.seq_len",
          f"must be in 1..model.block_size ({m.block_size})")

@@ -14,28 +14,12 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from . import RefError
+from .common import copy_checked, new_capture, nocap as _nocap  # noqa: F401 (new_capture: the family API)
 
 # Linear weights that Hugging Face stores as Conv1D, i.e. [in, out] in files.
 CONV1D_SUFFIXES = ("attn.c_attn.weight", "attn.c_proj.weight", "mlp.c_fc.weight", "mlp.c_proj.weight")
 # Buffers older transformers versions saved; they carry no parameters.
 _HF_IGNORED_SUFFIXES = (".attn.bias", ".attn.masked_bias")
-
-
-class _Capture:
-    """Collects named activations and keeps their gradients (retain_grad) for the dump."""
-
-    def __init__(self):
-        self.acts = {}
-
-    def __call__(self, name, t):
-        if t.requires_grad:
-            t.retain_grad()
-        self.acts[name] = t
-        return t
-
-
-def _nocap(name, t):
-    return t
 
 
 class CausalSelfAttention(nn.Module):
@@ -124,7 +108,7 @@ class GPT(nn.Module):
                 p.normal_(0.0, 0.02)
 
     def forward(self, idx, targets=None, capture=None):
-        """Returns (logits [B,T,Vp], mean loss or None). capture: a _Capture to record the
+        """Returns (logits [B,T,Vp], mean loss or None). capture: a new_capture() to record the
         dump's level-2 activations (their .grad is kept after backward)."""
         cap = capture if capture is not None else _nocap
         B, T = idx.size()
@@ -145,10 +129,6 @@ class GPT(nn.Module):
             lv = logits[..., :V] if logits.size(-1) != V else logits
             loss = F.cross_entropy(lv.reshape(-1, V), targets.reshape(-1))
         return logits, loss
-
-
-def new_capture():
-    return _Capture()
 
 
 def activation_names(n_layer):
@@ -192,22 +172,5 @@ def load_hf_state_dict(model, tensors, where):
     for n in list(tensors):
         if n.endswith(_HF_IGNORED_SUFFIXES):
             del tensors[n]
-    internal = from_hf(tensors)
-    params = dict(model.named_parameters())
-    missing = [n for n in params if n not in internal]
-    unknown = [n for n in internal if n not in params]
-    if missing:
-        raise RefError(f"{where}: missing tensor '{missing[0]}'" +
-                       (f" and {len(missing) - 1} more" if len(missing) > 1 else ""))
-    if unknown:
-        raise RefError(f"{where}: unexpected tensor '{unknown[0]}' (not a parameter of this config)")
-    with torch.no_grad():
-        for n, p in params.items():
-            t = internal[n]
-            if tuple(t.shape) != tuple(p.shape):
-                want = tuple(p.shape[::-1]) if _is_conv1d(n) else tuple(p.shape)
-                got = tuple(tensors[n].shape)
-                raise RefError(f"{where}: tensor '{n}' has shape {list(got)}, expected {list(want)}")
-            if t.dtype != torch.float32:
-                raise RefError(f"{where}: tensor '{n}' is {t.dtype}, expected float32 (F32)")
-            p.copy_(t)
+    copy_checked(model, from_hf(tensors), where, file_tensors=tensors,
+                 file_shape=lambda n, shape: shape[::-1] if _is_conv1d(n) else shape)

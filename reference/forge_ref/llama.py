@@ -16,27 +16,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from . import RefError
-
-
-def _nocap(name, t):
-    return t
-
-
-class _Capture:
-    """Collects named activations and keeps their gradients (retain_grad) for the dump."""
-
-    def __init__(self):
-        self.acts = {}
-
-    def __call__(self, name, t):
-        if t.requires_grad:
-            t.retain_grad()
-        self.acts[name] = t
-        return t
-
-
-def new_capture():
-    return _Capture()
+from .common import copy_checked, new_capture, nocap as _nocap  # noqa: F401 (new_capture: the family API)
 
 
 class RMSNorm(nn.Module):
@@ -227,22 +207,7 @@ def hf_state_dict(model):
 def load_hf_state_dict(model, tensors, where):
     """Copies an HF-layout {name: tensor} into model, checking names, shapes and dtypes."""
     tensors = {n: t for n, t in tensors.items() if not n.endswith("rotary_emb.inv_freq")}
-    params = dict(model.named_parameters())
-    missing = [n for n in params if n not in tensors]
-    unknown = [n for n in tensors if n not in params]
-    if missing:
-        raise RefError(f"{where}: missing tensor '{missing[0]}'" +
-                       (f" and {len(missing) - 1} more" if len(missing) > 1 else ""))
-    if unknown:
-        raise RefError(f"{where}: unexpected tensor '{unknown[0]}' (not a parameter of this config)")
-    with torch.no_grad():
-        for n, p in params.items():
-            t = tensors[n]
-            if tuple(t.shape) != tuple(p.shape):
-                raise RefError(f"{where}: tensor '{n}' has shape {list(t.shape)}, expected {list(p.shape)}")
-            if t.dtype != torch.float32:
-                raise RefError(f"{where}: tensor '{n}' is {t.dtype}, expected float32 (F32)")
-            p.copy_(t)
+    copy_checked(model, tensors, where)
 
 
 def hf_config(cfg):
@@ -255,4 +220,6 @@ def hf_config(cfg):
             "head_dim": cfg.n_embd // cfg.n_head, "max_position_embeddings": cfg.block_size,
             "rms_norm_eps": cfg.norm_eps, "rope_theta": cfg.rope_theta, "hidden_act": "silu",
             "attention_bias": False, "mlp_bias": False, "tie_word_embeddings": False,
-            "attention_dropout": 0.0, "initializer_range": 0.02, "torch_dtype": "float32"}
+            "attention_dropout": 0.0, "initializer_range": 0.02, "torch_dtype": "float32",
+            # HF's vocab_size counts the padded rows; forge's own vocabulary rides along
+            "forge_vocab_size": cfg.vocab_size}

@@ -65,3 +65,50 @@ expect_no_partial_files() {
   left=$(find "$dir" -name '*.tmp*' | head -5)
   [ -z "$left" ] || fail "partial files left behind: $left"
 }
+
+# train_real_text NAME BASE_CONFIG: trains BASE_CONFIG for 200 steps on the corpus of
+# prepare_corpus (into cfg.json, run/); the first loss must be near ln(256) = 5.545 (an
+# untrained model) and the validation loss after training well below it (< 3.3); eval and
+# sample must work on the last checkpoint.
+train_real_text() {
+  local name=$1 base=$2
+  make_config cfg.json "$base" train.steps=200 train.eval_interval=0 \
+    data.train='"data/train.bin"' data.val='"data/val.bin"' out_dir='"run"'
+  "$FORGE" train --config cfg.json --quiet
+  "$FORGE" eval --checkpoint run/checkpoints/step_000200 --json > eval.json
+  "$PY" - "$name" <<'PYEOF'
+import json, math, sys
+name = sys.argv[1]
+first = json.loads(open("run/metrics.jsonl").readline())["loss"]
+val = json.load(open("eval.json"))["val_loss"]
+print(f"{name}: first loss {first:.4f}, validation loss after 200 steps {val:.4f}, ln(256) = {math.log(256):.4f}")
+assert first > 5.0, "an untrained model should start near ln(256)"
+assert val < 3.3, f"validation loss {val} is not well below ln(256)"
+PYEOF
+  "$FORGE" sample --checkpoint run/checkpoints/step_000200 --prompt "The " --tokens 40 --seed 1 > sample.txt 2>/dev/null
+  [ "$(wc -c < sample.txt)" -ge 44 ] || fail "$name: sample printed fewer bytes than prompt + 40 tokens"
+  echo "ok: $name: sample: $(head -c 80 sample.txt | tr '\n' ' ')"
+}
+
+# llama_gate GATE STEPS [DUMP-ARGS...]: the PyTorch reference (.venv) draws the initial state;
+# the engine and the reference train llama-tiny (padded vocabulary, no validation) for STEPS
+# steps from it with level-2 dumps in eng/ and ref/ (DUMP-ARGS, e.g. --dump-act-steps 1,8, go
+# to both sides); forge_ref.compare must find the `fast` profile at TOLERANCE for GATE
+# (report.md). Sets VPY and PYTHONPATH for the checks that follow.
+llama_gate() {
+  local gate=$1 steps=$2
+  shift 2
+  VPY="$SRC/.venv/bin/python"
+  [ -x "$VPY" ] || fail "$VPY is missing: the reference side of this gate needs the .venv"
+  export PYTHONPATH="$SRC/reference" OMP_NUM_THREADS=2
+  prepare_corpus
+  make_config cfg.json "$SRC/configs/llama-tiny.json" train.steps="$steps" \
+    train.eval_interval=0 train.eval_batches=0 model.padded_vocab_size=272 \
+    data.train='"data/train.bin"' data.val='"data/val.bin"' out_dir='"run"'
+  "$VPY" -m forge_ref.train --config cfg.json --init-out init.safetensors
+  "$FORGE" train --config cfg.json --init init.safetensors --dump eng --dump-level 2 "$@" --quiet
+  "$VPY" -m forge_ref.train --config cfg.json --init init.safetensors --dump ref --dump-level 2 \
+    "$@" --threads 2 > /dev/null
+  "$VPY" -m forge_ref.compare eng ref --gate "$gate" --profile fast --required TOLERANCE --md report.md \
+    || { sed -n 1,12p report.md >&2; fail "llama $gate gate (fast) below TOLERANCE"; }
+}

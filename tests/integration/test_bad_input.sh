@@ -15,6 +15,40 @@ expect_error "mistyped field" "mistyped\.json.*train\.steps" "$FORGE" train --co
 make_config range.json good.json model.n_head=5
 expect_error "inconsistent dims" "range\.json.*n_head" "$FORGE" train --config range.json
 
+# The llama family's own rules, each refused before any training starts.
+make_config llama.json "$SRC/configs/llama-tiny.json" train.steps=2 train.eval_interval=0 \
+  data.train='"data/train.bin"' data.val='"data/val.bin"' out_dir='"llama_run"'
+llama_case() {  # NAME PATTERN key=value...
+  local name=$1 pattern=$2
+  shift 2
+  make_config bad_llama.json llama.json "$@"
+  expect_error "$name" "bad_llama\.json: field '$pattern" "$FORGE" train --config bad_llama.json
+}
+llama_case "llama: n_kv_head not dividing n_head" "model\.n_kv_head': expected a divisor of model\.n_head \(4\), got 3" \
+  model.n_kv_head=3
+llama_case "llama: more kv heads than heads" "model\.n_kv_head'" model.n_kv_head=8
+llama_case "llama: n_embd not divisible by n_head" "model\.n_embd': expected a multiple of model\.n_head" \
+  model.n_embd=66
+llama_case "llama: odd head dim" "model\.n_embd': expected an even head dimension" model.n_embd=72 model.n_head=8 \
+  model.n_kv_head=8
+llama_case "llama: ffn_hidden 0" "model\.ffn_hidden': expected the SwiGLU width" model.ffn_hidden=0
+llama_case "llama: ffn_hidden negative" "model\.ffn_hidden'" model.ffn_hidden=-176
+"$PY" -c 'import json; c = json.load(open("llama.json")); del c["model"]["ffn_hidden"]; json.dump(c, open("bad_llama.json", "w"))'
+expect_error "llama: ffn_hidden missing" "bad_llama\.json: field 'model\.ffn_hidden': expected the SwiGLU width" \
+  "$FORGE" train --config bad_llama.json
+llama_case "llama: rope_theta 0" "model\.rope_theta': expected a positive number" model.rope_theta=0
+llama_case "llama: rope_theta negative" "model\.rope_theta': expected a positive number" model.rope_theta=-10000.0
+llama_case "llama: norm_eps 0" "model\.norm_eps': expected a positive number" model.norm_eps=0
+llama_case "llama: norm_eps negative" "model\.norm_eps': expected a positive number" model.norm_eps=-1e-5
+# gpt2 takes the llama-only fields only at values that change nothing
+make_config bad_gpt2.json good.json model.n_kv_head=2
+expect_error "gpt2: n_kv_head" "bad_gpt2\.json: field 'model\.n_kv_head'.*for family gpt2" "$FORGE" train --config bad_gpt2.json
+make_config bad_gpt2.json good.json model.ffn_hidden=100
+expect_error "gpt2: ffn_hidden" "bad_gpt2\.json: field 'model\.ffn_hidden'.*for family gpt2" "$FORGE" train --config bad_gpt2.json
+make_config bad_gpt2.json good.json model.rope_theta=500000.0
+expect_error "gpt2: rope_theta" "bad_gpt2\.json: field 'model\.rope_theta'.*for family gpt2" "$FORGE" train --config bad_gpt2.json
+[ ! -e llama_run ] || fail "a rejected llama config left an output folder"
+
 # A checkpoint of another shape.
 "$FORGE" train --config good.json --quiet
 make_config wider.json good.json model.n_embd=96
@@ -22,6 +56,22 @@ expect_error "checkpoint of the wrong shape" "step_000002" \
   "$FORGE" train --config wider.json --resume run/checkpoints/step_000002
 expect_error "eval of the wrong shape" "model\.safetensors.*transformer\.wte\.weight" \
   "$FORGE" eval --checkpoint run/checkpoints/step_000002/model.safetensors --config wider.json
+
+# A Hugging Face folder forge cannot run: each refusal names config.json and HF's field.
+"$FORGE" export --checkpoint run/checkpoints/step_000002 --hf hf_gpt2
+hf_case() {  # NAME PATTERN PYTHON-EDIT-OF-c
+  mkdir -p hf_bad
+  cp hf_gpt2/model.safetensors hf_bad/
+  "$PY" -c "import json; c = json.load(open('hf_gpt2/config.json')); $3; json.dump(c, open('hf_bad/config.json', 'w'))"
+  expect_error "$1" "hf_bad/config\.json: field '$2" "$FORGE" eval --checkpoint hf_bad --data data/val.bin
+}
+hf_case "hf: unknown model_type" "model_type': expected \"gpt2\" or \"llama\", got \"mistral\"" 'c["model_type"] = "mistral"'
+hf_case "hf: no model_type" "model_type'.*got none" 'del c["model_type"]'
+hf_case "hf: gpt2 untied" "tie_word_embeddings': expected true" 'c["tie_word_embeddings"] = False'
+hf_case "hf: llama tied" "tie_word_embeddings': expected false" \
+  'c.update(model_type="llama", hidden_size=64, intermediate_size=176, num_hidden_layers=2, num_attention_heads=4, max_position_embeddings=64, tie_word_embeddings=True)'
+hf_case "hf: llama without hidden_size" "hidden_size' is missing" \
+  'c.update(model_type="llama", intermediate_size=176, num_hidden_layers=2, num_attention_heads=4, max_position_embeddings=64)'
 
 # Shards: truncated, foreign.
 head -c 1000 data/train.bin > truncated.bin

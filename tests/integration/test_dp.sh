@@ -3,9 +3,10 @@
 #     2 accumulation steps, same global batch: BITWISE on every step's loss and grad norm
 #     and on the final model and optimizer files, for the `fast` and `torch-cpu` profiles;
 #     also 2 ranks x 2 steps against 1 process x 4 steps (the accumulate path).
-#  2. ZeRO-1 (FORGE_DP_SHARDING=zero1): half the AdamW state per rank; bitwise equal to the
+#  2. ZeRO-1 (`--dp-sharding zero1`): half the AdamW state per rank; bitwise equal to the
 #     replicated run when the clip is inactive; resume with the same N bit for bit; its
-#     checkpoint resumed by a single process (another N) continues bit for bit.
+#     checkpoint resumed by a single process (another N) continues bit for bit. Without the
+#     flag FORGE_DP_SHARDING=zero1 does the same; with both, the flag wins.
 #  3. Against the PyTorch reference with the same global batch: TOLERANCE for `fast`.
 source "$(dirname "$0")/lib.sh"
 command -v mpirun >/dev/null || fail "mpirun is missing (apt-get install openmpi-bin)"
@@ -65,12 +66,24 @@ done
 same_run one_a4 two_a2
 
 # --- 2. ZeRO-1 --------------------------------------------------------------------------
-ZERO=(-x FORGE_DP_SHARDING=zero1)
-"${MPIRUN[@]}" "${ZERO[@]}" -np 2 "$FORGE" train --config two_a1_noclip.json --out-dir zero_nc >zero_nc.log
+ZERO=(--dp-sharding zero1)
+"${MPIRUN[@]}" -np 2 "$FORGE" train --config two_a1_noclip.json --out-dir zero_nc "${ZERO[@]}" >zero_nc.log
 "$FORGE" train --config one_a2_noclip.json --out-dir one_nc --quiet >/dev/null
 # the clip off, the coefficient is exactly 1 and ZeRO-1 is bitwise the replicated update
 # (its grad norm is summed per shard, so only the logged norm may differ in the last bits)
 same_run one_nc zero_nc --losses-only
+# the environment variable is the fallback when the flag is absent; the flag wins over it
+"${MPIRUN[@]}" -x FORGE_DP_SHARDING=zero1 -np 2 "$FORGE" train --config two_a1_noclip.json \
+  --out-dir zero_env >zero_env.log
+grep -q "optimizer ZeRO-1 (sharded)" zero_env.log || { cat zero_env.log >&2; fail "FORGE_DP_SHARDING=zero1 did not shard"; }
+same_run zero_nc zero_env
+"${MPIRUN[@]}" -x FORGE_DP_SHARDING=zero1 -np 2 "$FORGE" train --config two_a1_noclip.json \
+  --out-dir flag_wins --dp-sharding none >flag_wins.log
+grep -q "optimizer replicated" flag_wins.log ||
+  { cat flag_wins.log >&2; fail "--dp-sharding none did not win over FORGE_DP_SHARDING=zero1"; }
+same_run one_nc flag_wins
+expect_error "unknown --dp-sharding" "--dp-sharding.*zero2" \
+  "$FORGE" train --config two_a1.json --dp-sharding zero2
 "$PY" - zero_nc.log <<'PYEOF'
 import re, sys
 line = next((l for l in open(sys.argv[1]) if "ZeRO-1" in l), None)
@@ -83,16 +96,16 @@ if not (mine <= full / 2 + 0.01):
 print(f"ok: ZeRO-1 AdamW state {mine} MiB per rank of {full} MiB")
 PYEOF
 # with the clip active: straight vs stopped at 4 and resumed, same N
-"${MPIRUN[@]}" "${ZERO[@]}" -np 2 "$FORGE" train --config two_a1.json --out-dir zero --quiet >/dev/null
-"${MPIRUN[@]}" "${ZERO[@]}" -np 2 "$FORGE" train --config two_a1.json --out-dir zero_split \
+"${MPIRUN[@]}" -np 2 "$FORGE" train --config two_a1.json --out-dir zero "${ZERO[@]}" --quiet >/dev/null
+"${MPIRUN[@]}" -np 2 "$FORGE" train --config two_a1.json --out-dir zero_split "${ZERO[@]}" \
   --stop-after 4 --quiet >/dev/null
 [ -f zero_split/checkpoints/step_000004/optimizer.safetensors ] || fail "no ZeRO-1 checkpoint at step 4"
-"${MPIRUN[@]}" "${ZERO[@]}" -np 2 "$FORGE" train --config two_a1.json --out-dir zero_split \
+"${MPIRUN[@]}" -np 2 "$FORGE" train --config two_a1.json --out-dir zero_split "${ZERO[@]}" \
   --resume zero_split/checkpoints/step_000004 --quiet >/dev/null
 same_run zero zero_split
 # another N: the 2-rank ZeRO-1 checkpoint (full optimizer state) resumed by one process
 # with 2 accumulation steps continues exactly as that process's own run would
-"${MPIRUN[@]}" "${ZERO[@]}" -np 2 "$FORGE" train --config two_a1_noclip.json --out-dir reshard \
+"${MPIRUN[@]}" -np 2 "$FORGE" train --config two_a1_noclip.json --out-dir reshard "${ZERO[@]}" \
   --stop-after 4 --quiet >/dev/null
 "$FORGE" train --config one_a2_noclip.json --out-dir reshard \
   --resume reshard/checkpoints/step_000004 --quiet >/dev/null

@@ -1,6 +1,7 @@
 # `forge export --hf` for llama: transformers' LlamaForCausalLM loads the folder (offline) and
 # computes the engine's logits and validation loss at TOLERANCE; and the reverse: a model
 # transformers initialised and saved is evaluated by the engine with the same results.
+# Both folders also work as checkpoints of `forge eval` / `forge sample` without --config.
 # Engine logits come from a level-2 dump of one training step (act.logits is the forward
 # of the first micro-batch, before any update).
 source "$(dirname "$0")/lib.sh"
@@ -20,6 +21,27 @@ CKPT=run/checkpoints/step_000030
 "$FORGE" train --config cfg.json --init $CKPT/model.safetensors --steps 1 --dump dump_out \
   --dump-level 2 --out-dir run_dump_out --quiet
 
+# eval and sample of the exported folder need no --config: the model comes from its
+# config.json (micro-batches of 1 x the context, so the checkpoint side uses a batch of 1
+# too). Same micro-batches: the same loss bit for bit; same seed: the same text.
+make_config cfg_b1.json cfg.json train.batch_size=1
+"$FORGE" eval --checkpoint hf_out --data data/val.bin --batches 16 --json > eval_hf_folder.json
+"$FORGE" eval --checkpoint $CKPT --config cfg_b1.json --batches 16 --json > eval_ckpt_b1.json
+"$PY" - <<'PYEOF'
+import json
+folder, ckpt = json.load(open("eval_hf_folder.json")), json.load(open("eval_ckpt_b1.json"))
+own = json.load(open("eval_engine.json"))  # 4 x 64 tokens x 4 batches: the same tokens
+assert folder["batches"] == ckpt["batches"] == 16, (folder, ckpt)
+assert folder["val_loss"] == ckpt["val_loss"], f"HF folder {folder['val_loss']!r} != checkpoint {ckpt['val_loss']!r}"
+assert abs(folder["val_loss"] - own["val_loss"]) <= 1e-6 * own["val_loss"], (folder, own)
+print(f"ok: eval of the exported folder without --config: {folder['val_loss']!r}, the checkpoint's exactly")
+PYEOF
+"$FORGE" sample --checkpoint hf_out --prompt "The " --tokens 40 --seed 1 > sample_hf.txt 2>/dev/null
+"$FORGE" sample --checkpoint $CKPT --prompt "The " --tokens 40 --seed 1 > sample_ckpt.txt 2>/dev/null
+[ "$(wc -c < sample_hf.txt)" -ge 44 ] || fail "sample of the exported folder printed fewer bytes than prompt + 40 tokens"
+cmp -s sample_hf.txt sample_ckpt.txt || fail "sample of the exported folder differs from the checkpoint's"
+echo "ok: sample of the exported folder without --config equals the checkpoint's: $(head -c 60 sample_hf.txt | tr '\n' ' ')"
+
 # transformers -> engine
 "$VPY" - <<'PYEOF'
 import json, torch
@@ -32,6 +54,12 @@ hf = LlamaForCausalLM(LlamaConfig(**fields))
 hf.save_pretrained("hf_in", safe_serialization=True)
 PYEOF
 "$FORGE" eval --checkpoint hf_in/model.safetensors --config cfg.json --json > eval_hf_in.json
+# the folder transformers saved (its own config.json), without --config
+"$FORGE" eval --checkpoint hf_in/model.safetensors --config cfg_b1.json --batches 16 --json > eval_hf_in_b1.json
+"$FORGE" eval --checkpoint hf_in --data data/val.bin --batches 16 --json > eval_hf_in_folder.json
+"$PY" -c 'import json, sys; a, b = (json.load(open(f))["val_loss"] for f in sys.argv[1:]); assert a == b, (a, b)' \
+  eval_hf_in_b1.json eval_hf_in_folder.json || fail "eval of transformers' folder without --config differs"
+echo "ok: eval of the folder transformers saved, without --config, equals eval with --config"
 "$FORGE" train --config cfg.json --init hf_in/model.safetensors --steps 1 --dump dump_in \
   --dump-level 2 --out-dir run_dump_in --quiet
 

@@ -15,14 +15,14 @@
 #include "forge/kernels/cpu/dispatch.h"
 #include "forge/kernels/linear.h"
 #include "forge/numerics/numerics.h"
+#include "test_util.h"
 
 namespace {
 
 namespace scalar = forge::kernels::scalar;
 namespace cpu = forge::kernels::cpu;
 
-using Floats = std::vector<float>;
-using Doubles = std::vector<double>;
+using namespace forge_test;  // Floats, random_floats, rel_l2, for_each_isa
 
 float from_bits(uint32_t u) {
   float x;
@@ -108,18 +108,6 @@ Floats rounding_inputs() {
   return v;
 }
 
-void for_each_isa(const std::function<void()>& body) {
-  using forge::kernels::cpu::Isa;
-  const Isa saved = cpu::active_isa();
-  for (Isa isa : {Isa::kAvx512, Isa::kAvx2, Isa::kGeneric}) {
-    if (static_cast<int>(isa) > static_cast<int>(cpu::detected_isa())) continue;
-    SCOPED_TRACE(testing::Message() << "isa=" << cpu::isa_name(isa));
-    cpu::set_active_isa(isa);
-    body();
-  }
-  cpu::set_active_isa(saved);
-}
-
 TEST(Bf16, RoundingMatchesReferenceOnAllExponents) {
   const Floats in = rounding_inputs();
   for (size_t i = 0; i < in.size(); ++i) {
@@ -155,25 +143,6 @@ TEST(Bf16, RoundingMatchesReferenceOnAllExponents) {
 }
 
 // --- linear ---------------------------------------------------------------------------
-
-Floats random_floats(size_t n, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> dist(0.0f, 1.0f);
-  Floats v(n);
-  for (auto& x : v) x = dist(rng);
-  return v;
-}
-
-double rel_l2(const Floats& a, const Doubles& b) {
-  EXPECT_EQ(a.size(), b.size());
-  double num = 0.0, den = 0.0;
-  for (size_t i = 0; i < a.size(); ++i) {
-    EXPECT_TRUE(std::isfinite(a[i])) << "element " << i;
-    num += (a[i] - b[i]) * (a[i] - b[i]);
-    den += b[i] * b[i];
-  }
-  return std::sqrt(num / std::max(den, 1e-300));
-}
 
 // The products are exact, so only fp32 accumulation separates the kernel from float64: the
 // same few-ulp bound as the fp32 kernels' tests.

@@ -12,28 +12,13 @@
 #include "forge/data/prepare.h"
 #include "forge/data/shard.h"
 #include "forge/data/tokenizer.h"
+#include "test_util.h"
 
 namespace fs = std::filesystem;
+using forge_test::error_of;
+using forge_test::TempDir;
 
 namespace {
-
-class TempDir {
- public:
-  TempDir() {
-    std::string tmpl = (fs::temp_directory_path() / "forge_data_XXXXXX").string();
-    if (!::mkdtemp(tmpl.data())) throw std::runtime_error("mkdtemp failed");
-    path_ = tmpl;
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path_, ec);
-  }
-  std::string operator/(const std::string& name) const { return (fs::path(path_) / name).string(); }
-  const std::string& path() const { return path_; }
-
- private:
-  std::string path_;
-};
 
 void write_bytes(const std::string& path, const void* data, size_t n) {
   fs::create_directories(fs::path(path).parent_path());
@@ -41,17 +26,6 @@ void write_bytes(const std::string& path, const void* data, size_t n) {
   out.write(static_cast<const char*>(data), static_cast<std::streamsize>(n));
 }
 void write_text(const std::string& path, const std::string& s) { write_bytes(path, s.data(), s.size()); }
-
-template <typename F>
-std::string error_of(F&& f) {
-  try {
-    f();
-  } catch (const forge::Error& e) {
-    return e.what();
-  }
-  ADD_FAILURE() << "expected forge::Error";
-  return "";
-}
 
 std::vector<uint32_t> random_tokens(size_t n, uint32_t vocab, uint32_t seed) {
   std::mt19937 rng(seed);

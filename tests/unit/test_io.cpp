@@ -16,48 +16,17 @@
 #include "forge/io/atomic_file.h"
 #include "forge/io/config.h"
 #include "forge/io/safetensors.h"
+#include "test_util.h"
 
 namespace fs = std::filesystem;
 using nlohmann::json;
+using namespace forge_test;  // TempDir, error_of, random_floats
 
 namespace {
-
-// A fresh directory per test, removed afterwards.
-class TempDir {
- public:
-  TempDir() {
-    std::string tmpl = (fs::temp_directory_path() / "forge_io_XXXXXX").string();
-    char* p = ::mkdtemp(tmpl.data());
-    if (!p) throw std::runtime_error("mkdtemp failed");
-    path_ = p;
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::permissions(path_, fs::perms::owner_all, fs::perm_options::add, ec);
-    fs::remove_all(path_, ec);
-  }
-  std::string operator/(const std::string& name) const { return (fs::path(path_) / name).string(); }
-  const std::string& path() const { return path_; }
-
- private:
-  std::string path_;
-};
 
 void write_bytes(const std::string& path, const std::string& bytes) {
   std::ofstream out(path, std::ios::binary);
   out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
-}
-
-// Runs f, expects a forge::Error, and returns its message.
-template <typename F>
-std::string error_of(F&& f) {
-  try {
-    f();
-  } catch (const forge::Error& e) {
-    return e.what();
-  }
-  ADD_FAILURE() << "expected forge::Error";
-  return "";
 }
 
 std::string source_dir() {
@@ -186,6 +155,10 @@ TEST(IoConfig, OutOfRangeValuesAreRejected) {
       {R"({"model": {"vocab_size": -1}})", "'model.vocab_size'"},
       {R"({"model": {"n_embd": 3000000000}})", "'model.n_embd'"},
       {R"({"model": {"norm_eps": 0}})", "'model.norm_eps'"},
+      {R"({"model": {"norm_eps": -1e-5}})", "'model.norm_eps'"},
+      {R"({"model": {"family": "llama", "ffn_hidden": 176, "rope_theta": 0}})", "'model.rope_theta'"},
+      {R"({"model": {"family": "llama", "ffn_hidden": 176, "rope_theta": -10000}})", "'model.rope_theta'"},
+      {R"({"model": {"family": "llama", "ffn_hidden": -1}})", "'model.ffn_hidden'"},
       {R"({"train": {"lr": 0}})", "'train.lr'"},
       {R"({"train": {"beta1": 1.0}})", "'train.beta1'"},
       {R"({"train": {"beta2": -0.1}})", "'train.beta2'"},
@@ -217,6 +190,13 @@ TEST(IoConfig, CrossFieldRulesAreChecked) {
       {R"({"model": {"family": "gpt2", "n_head": 4, "n_kv_head": 2}})", "for family gpt2"},
       {R"({"model": {"family": "gpt2", "ffn_hidden": 100}})", "'model.ffn_hidden'"},
       {R"({"model": {"family": "llama", "n_embd": 36, "n_head": 4}})", "even head dimension"},
+      {R"({"model": {"family": "llama", "n_head": 4, "n_kv_head": 8, "ffn_hidden": 176}})",
+       "'model.n_kv_head': expected a divisor of model.n_head (4), got 8"},
+      {R"({"model": {"family": "llama", "n_embd": 66, "n_head": 4, "ffn_hidden": 176}})",
+       "'model.n_embd': expected a multiple of model.n_head (4)"},
+      {R"({"model": {"family": "llama"}})", "'model.ffn_hidden': expected the SwiGLU width"},
+      {R"({"model": {"family": "llama", "ffn_hidden": 0}})", "'model.ffn_hidden': expected the SwiGLU width"},
+      {R"({"model": {"family": "gpt2", "rope_theta": 500000.0}})", "'model.rope_theta': expected 10000"},
       {R"({"train": {"lr": 1e-4, "min_lr": 1e-3}})", "'train.min_lr'"},
   };
   for (const Case& c : cases) {
@@ -225,12 +205,24 @@ TEST(IoConfig, CrossFieldRulesAreChecked) {
   }
   // Valid edge cases must pass.
   EXPECT_NO_THROW(config_from(R"({"model": {"block_size": 64}, "train": {"seq_len": 64}})"));
-  EXPECT_NO_THROW(config_from(R"({"model": {"family": "llama", "n_head": 4, "n_kv_head": 1}})"));
+  EXPECT_NO_THROW(config_from(R"({"model": {"family": "llama", "n_head": 4, "n_kv_head": 1, "ffn_hidden": 176}})"));
+  EXPECT_NO_THROW(config_from(R"({"model": {"family": "gpt2", "rope_theta": 10000}})"));
   EXPECT_NO_THROW(config_from(R"({"model": {"vocab_size": 50257, "padded_vocab_size": 50304, "block_size": 64}})"));
   // validate_config works on configs built in code too.
   forge::Config c;
   c.train.seq_len = c.model.block_size + 1;
   EXPECT_THROW(forge::validate_config(c), forge::Error);
+  // ... including the per-field ranges that parse_config checks for files.
+  for (double bad : {0.0, -1.0}) {
+    forge::Config e;
+    e.model.norm_eps = bad;
+    EXPECT_NE(error_of([&] { forge::validate_config(e); }).find("'model.norm_eps'"), std::string::npos);
+    forge::Config r;
+    r.model.family = "llama";
+    r.model.ffn_hidden = 176;
+    r.model.rope_theta = bad;
+    EXPECT_NE(error_of([&] { forge::validate_config(r); }).find("'model.rope_theta'"), std::string::npos);
+  }
 }
 
 TEST(IoConfig, IntegerValuedNumbersAreAcceptedForFloatFields) {
@@ -309,14 +301,6 @@ TEST(IoAtomicFile, ReadTextFileErrorsNameThePath) {
 // ---------------------------------------------------------------- safetensors
 
 namespace {
-
-std::vector<float> random_floats(size_t n, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> dist;
-  std::vector<float> v(n);
-  for (float& x : v) x = dist(rng);
-  return v;
-}
 
 // Builds a raw safetensors file from a header JSON string and a data section.
 std::string raw_safetensors(const std::string& header, size_t data_bytes) {

@@ -21,85 +21,14 @@
 #include "forge/kernels/layernorm.h"
 #include "forge/kernels/linear.h"
 #include "forge/numerics/numerics.h"
+#include "test_util.h"
 
 namespace {
 
 namespace scalar = forge::kernels::scalar;
 namespace cpu = forge::kernels::cpu;
 
-using Floats = std::vector<float>;
-using Doubles = std::vector<double>;
-
-Floats random_floats(size_t n, uint32_t seed, float stddev = 1.0f) {
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> dist(0.0f, stddev);
-  Floats v(n);
-  for (auto& x : v) x = dist(rng);
-  return v;
-}
-
-std::vector<int32_t> random_tokens(size_t n, int vocab, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::uniform_int_distribution<int32_t> dist(0, vocab - 1);
-  std::vector<int32_t> v(n);
-  for (auto& x : v) x = dist(rng);
-  return v;
-}
-
-Doubles widen(const Floats& f) { return Doubles(f.begin(), f.end()); }
-
-// ||a - b|| / ||b||, with b the float64 truth.
-double rel_l2(const Floats& a, const Doubles& b) {
-  EXPECT_EQ(a.size(), b.size());
-  double num = 0.0, den = 0.0;
-  for (size_t i = 0; i < a.size(); ++i) {
-    EXPECT_TRUE(std::isfinite(a[i])) << "element " << i;
-    num += (a[i] - b[i]) * (a[i] - b[i]);
-    den += b[i] * b[i];
-  }
-  return std::sqrt(num / std::max(den, 1e-300));
-}
-
-double rel_l2(const Doubles& a, const Doubles& b) {
-  double num = 0.0, den = 0.0;
-  for (size_t i = 0; i < a.size(); ++i) {
-    num += (a[i] - b[i]) * (a[i] - b[i]);
-    den += b[i] * b[i];
-  }
-  return std::sqrt(num / std::max(den, 1e-300));
-}
-
-// Gradient of L(x) = sum_i w_i f(x)_i by central differences in double.
-Doubles numeric_gradient(const std::function<Doubles(const Doubles&)>& f, Doubles x,
-                         const Doubles& w, double h = 1e-6) {
-  Doubles g(x.size());
-  for (size_t i = 0; i < x.size(); ++i) {
-    const double saved = x[i];
-    x[i] = saved + h;
-    const Doubles up = f(x);
-    x[i] = saved - h;
-    const Doubles down = f(x);
-    x[i] = saved;
-    double diff = 0.0;
-    for (size_t j = 0; j < w.size(); ++j) diff += w[j] * (up[j] - down[j]);
-    g[i] = diff / (2 * h);
-  }
-  return g;
-}
-
-// Runs `body` once per instruction set this CPU supports (AVX-512, AVX2, generic), so
-// every compiled variant of the SIMD kernels is checked, not only the one dispatch picks.
-void for_each_isa(const std::function<void()>& body) {
-  using forge::kernels::cpu::Isa;
-  const Isa saved = cpu::active_isa();
-  for (Isa isa : {Isa::kAvx512, Isa::kAvx2, Isa::kGeneric}) {
-    if (static_cast<int>(isa) > static_cast<int>(cpu::detected_isa())) continue;
-    SCOPED_TRACE(testing::Message() << "isa=" << cpu::isa_name(isa));
-    cpu::set_active_isa(isa);
-    body();
-  }
-  cpu::set_active_isa(saved);
-}
+using namespace forge_test;  // Floats, random_floats, rel_l2, numeric_gradient, for_each_isa
 
 // fp32 kernels against float64 math: a few ulps of accumulated rounding on these sizes.
 constexpr double kTol = 2e-6;

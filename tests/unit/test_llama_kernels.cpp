@@ -16,6 +16,7 @@
 #include "forge/kernels/rope.h"
 #include "forge/kernels/swiglu.h"
 #include "forge/numerics/numerics.h"
+#include "test_util.h"
 
 namespace {
 
@@ -23,49 +24,7 @@ namespace scalar = forge::kernels::scalar;
 namespace cpu = forge::kernels::cpu;
 using forge::kernels::GqaShape;
 
-using Floats = std::vector<float>;
-using Doubles = std::vector<double>;
-
-Floats random_floats(size_t n, uint32_t seed, float stddev = 1.0f) {
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> dist(0.0f, stddev);
-  Floats v(n);
-  for (auto& x : v) x = dist(rng);
-  return v;
-}
-
-Doubles widen(const Floats& f) { return Doubles(f.begin(), f.end()); }
-
-template <typename A>
-double rel_l2(const A& a, const Doubles& b) {
-  EXPECT_EQ(a.size(), b.size());
-  double num = 0.0, den = 0.0;
-  for (size_t i = 0; i < a.size(); ++i) {
-    EXPECT_TRUE(std::isfinite(static_cast<double>(a[i]))) << "element " << i;
-    num += (a[i] - b[i]) * (a[i] - b[i]);
-    den += b[i] * b[i];
-  }
-  EXPECT_GT(den, 0.0) << "the reference is all zeros: the test would prove nothing";
-  return std::sqrt(num / std::max(den, 1e-300));
-}
-
-// Gradient of L(x) = sum_i w_i f(x)_i by central differences in double.
-Doubles numeric_gradient(const std::function<Doubles(const Doubles&)>& f, Doubles x,
-                         const Doubles& w, double h = 1e-6) {
-  Doubles g(x.size());
-  for (size_t i = 0; i < x.size(); ++i) {
-    const double saved = x[i];
-    x[i] = saved + h;
-    const Doubles up = f(x);
-    x[i] = saved - h;
-    const Doubles down = f(x);
-    x[i] = saved;
-    double diff = 0.0;
-    for (size_t j = 0; j < w.size(); ++j) diff += w[j] * (up[j] - down[j]);
-    g[i] = diff / (2 * h);
-  }
-  return g;
-}
+using namespace forge_test;  // Floats, random_floats, rel_l2, numeric_gradient
 
 constexpr double kTol = 2e-6;    // fp32 kernel vs float64 math on these sizes
 constexpr double kFdTol = 1e-7;  // float64 analytic vs central differences

@@ -13,6 +13,7 @@
 #include "forge/core/rng.h"
 #include "forge/model/llama.h"
 #include "forge/numerics/numerics.h"
+#include "gradcheck_util.h"
 
 namespace forge {
 namespace {
@@ -127,14 +128,7 @@ class LlamaFloat64 {
       for (int i = 0; i < N * C; ++i) x[i] += down[i];
     }
     auto logits = linear(rmsnorm(x, W("model.norm.weight")), C, W("lm_head.weight"), Vp);
-    double total = 0;
-    for (int n = 0; n < N; ++n) {
-      double mx = -1e300, z = 0;
-      for (int c = 0; c < V; ++c) mx = std::max(mx, logits[n * Vp + c]);
-      for (int c = 0; c < V; ++c) z += std::exp(logits[n * Vp + c] - mx);
-      total += std::log(z) + mx - logits[n * Vp + t_.targets[n]];
-    }
-    return total / N;
+    return forge_test::mean_cross_entropy(logits, N, V, Vp, t_.targets);
   }
 
  private:
@@ -149,43 +143,12 @@ TEST(LlamaModel, GradientsMatchFiniteDifferencesInFloat64) {
   model.init_weights(3);
   // Move every parameter off its initial value so that the norm weights (all 1) and the
   // small residual projections are exercised too.
-  Rng rng(11);
-  for (const auto& p : model.layout().tensors())
-    for (size_t i = 0; i < p.numel; ++i)
-      model.params()[p.offset + i] += static_cast<float>(0.2 * rng.normal());
+  forge_test::perturb_params(model, 11, 0.2);
 
-  const float loss = model.forward(tiny.tokens.data(), tiny.targets.data(), tiny.B, tiny.T);
-  // Dirty gradients: backward must overwrite every one of them.
-  std::vector<float> grads(model.layout().total_floats(), 123.0f);
-  model.backward(1.0f, grads.data());
-
-  Vec p(model.layout().total_floats());
-  for (size_t i = 0; i < p.size(); ++i) p[i] = model.params()[i];
   LlamaFloat64 ref(tiny, model.layout());
-  const double ref_loss = ref.loss(p);
-  EXPECT_NEAR(loss, ref_loss, 1e-5 * std::abs(ref_loss));
-
-  const double h = 1e-6;
-  int checked = 0;
-  for (const auto& t : model.layout().tensors()) {
-    double num = 0, den = 0, worst = 0;
-    for (size_t i = 0; i < t.numel; ++i) {
-      const size_t k = t.offset + i;
-      const double saved = p[k];
-      p[k] = saved + h;
-      const double up = ref.loss(p);
-      p[k] = saved - h;
-      const double down = ref.loss(p);
-      p[k] = saved;
-      const double fd = (up - down) / (2 * h);
-      num += (grads[k] - fd) * (grads[k] - fd);
-      den += fd * fd;
-      worst = std::max(worst, std::abs(grads[k] - fd));
-    }
-    ASSERT_GT(den, 0.0) << t.name << ": no gradient at all; the check would prove nothing";
-    EXPECT_LT(std::sqrt(num / den), 1e-4) << t.name << " worst abs error " << worst;
-    ++checked;
-  }
+  // Every tensor must have a gradient (allow_zero_gradient is off), and all are checked.
+  const auto [grads, checked] = forge_test::check_whole_model(
+      model, tiny.tokens, tiny.targets, tiny.B, tiny.T, [&](const Vec& p) { return ref.loss(p); });
   EXPECT_EQ(checked, 1 + 9 * tiny.cfg.n_layer + 2);
   // Padded vocabulary rows: no gradient into the embedding or the head.
   const auto& emb = model.layout().find("model.embed_tokens.weight");

@@ -23,6 +23,10 @@ void register_train(CLI::App& app) {
   cmd->add_option("--stop-after", opt->stop_after, "stop with a checkpoint after this many steps");
   cmd->add_option("--out-dir", opt->out_dir, "override out_dir");
   cmd->add_flag("--quiet", opt->quiet, "no per-step lines (metrics.jsonl is still written)");
+  cmd->add_option("--dp-sharding", opt->dp_sharding,
+                  "data parallel: none (every rank keeps the whole AdamW state) or zero1 (each of N "
+                  "ranks keeps 1/N); default: FORGE_DP_SHARDING, else none")
+      ->check(CLI::IsMember({"none", "zero1"}));
   cmd->callback([opt, act_steps] {
     if (!act_steps->empty()) {
       std::stringstream ss(*act_steps);

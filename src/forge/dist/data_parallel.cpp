@@ -29,11 +29,17 @@ double mib(size_t floats) { return static_cast<double>(floats) * sizeof(float) /
 
 }  // namespace
 
-OptimizerSharding sharding_from_env() {
+OptimizerSharding parse_sharding(const std::string& value, const std::string& where) {
+  if (value == "none" || value == "replicated") return OptimizerSharding::Replicated;
+  if (value == "zero1") return OptimizerSharding::Zero1;
+  fail("{}: expected \"none\" or \"zero1\", got \"{}\"", where, value);
+}
+
+OptimizerSharding choose_sharding(const std::string& flag) {
+  if (!flag.empty()) return parse_sharding(flag, "--dp-sharding");
   const char* s = std::getenv("FORGE_DP_SHARDING");
-  if (!s || !*s || std::string(s) == "replicated") return OptimizerSharding::Replicated;
-  if (std::string(s) == "zero1") return OptimizerSharding::Zero1;
-  fail("environment FORGE_DP_SHARDING: expected \"replicated\" or \"zero1\", got \"{}\"", s);
+  if (!s || !*s) return OptimizerSharding::Replicated;
+  return parse_sharding(s, "environment FORGE_DP_SHARDING");
 }
 
 DataParallel::DataParallel(Communicator& comm, const ParamLayout& layout,

@@ -124,8 +124,11 @@ class DataParallel {
   std::vector<double> rank_sq_;      // per-rank sums of squares (gathered)
 };
 
-// "replicated" | "zero1" from the environment variable FORGE_DP_SHARDING (default
-// replicated); throws naming the variable on anything else.
-OptimizerSharding sharding_from_env();
+// "none" (or "replicated") | "zero1"; throws naming `where` (a flag, a variable) otherwise.
+OptimizerSharding parse_sharding(const std::string& value, const std::string& where);
+// The optimizer sharding of a data-parallel run: `flag` (forge train --dp-sharding) when
+// given, else the environment variable FORGE_DP_SHARDING (kept for launchers that pass
+// environment rather than arguments), else replicated.
+OptimizerSharding choose_sharding(const std::string& flag);
 
 }  // namespace forge::dist

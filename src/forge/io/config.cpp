@@ -239,6 +239,12 @@ void validate_config(const Config& c) {
     fail("{}: field 'model.n_kv_head': expected a divisor of model.n_head ({}), got {}", where, m.n_head, m.n_kv_head);
   if (t.min_lr > t.lr)
     fail("{}: field 'train.min_lr': expected at most train.lr ({}), got {}", where, t.lr, t.min_lr);
+  // parse_config checks these per field; configs built in code (an HF config.json, tests)
+  // arrive here without that pass.
+  if (!(m.norm_eps > 0) || !std::isfinite(m.norm_eps))
+    fail("{}: field 'model.norm_eps': expected a positive number, got {}", where, m.norm_eps);
+  if (!(m.rope_theta > 0) || !std::isfinite(m.rope_theta))
+    fail("{}: field 'model.rope_theta': expected a positive number, got {}", where, m.rope_theta);
   if (m.family == "gpt2") {
     // These knobs belong to the llama block; accepting them for gpt2 would silently do nothing.
     if (m.n_kv_head != 0 && m.n_kv_head != m.n_head)
@@ -247,10 +253,19 @@ void validate_config(const Config& c) {
     if (m.ffn_hidden != 0 && m.ffn_hidden != 4 * m.n_embd)
       fail("{}: field 'model.ffn_hidden': expected 0 or 4*model.n_embd ({}) for family gpt2, got {}", where,
            4 * m.n_embd, m.ffn_hidden);
+    // config_to_json writes the default for every family, so only another value is an error.
+    if (m.rope_theta != ModelConfig{}.rope_theta)
+      fail("{}: field 'model.rope_theta': expected {} (the default) for family gpt2, which has learned positions "
+           "instead of rotary embeddings, got {}", where, ModelConfig{}.rope_theta, m.rope_theta);
   } else if (m.family == "llama") {
     if (m.head_dim() % 2 != 0)
       fail("{}: field 'model.n_embd': expected an even head dimension n_embd/n_head for rotary embeddings, got {}",
            where, m.head_dim());
+    // gpt2's MLP width follows from n_embd; SwiGLU's has no such rule (Llama rounds 8/3*C
+    // to a multiple of 256), so it must be given.
+    if (m.ffn_hidden <= 0)
+      fail("{}: field 'model.ffn_hidden': expected the SwiGLU width (a positive integer) for family llama, got {}",
+           where, m.ffn_hidden);
   } else {
     fail("{}: field 'model.family': expected one of gpt2|llama, got \"{}\"", where, m.family);
   }

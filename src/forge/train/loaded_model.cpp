@@ -6,45 +6,12 @@
 
 #include "forge/core/error.h"
 #include "forge/io/atomic_file.h"
+#include "forge/io/hf_config.h"
 #include "forge/train/checkpoint.h"
 
 namespace fs = std::filesystem;
 
 namespace forge {
-
-namespace {
-
-// A folder written by transformers' save_pretrained (or `forge export --hf`).
-Config config_from_hf(const std::string& path) {
-  nlohmann::json j;
-  try {
-    j = nlohmann::json::parse(read_text_file(path));
-  } catch (const nlohmann::json::exception& e) {
-    fail("{}: malformed JSON: {}", path, e.what());
-  }
-  if (j.value("model_type", "") != "gpt2")
-    fail("{}: field 'model_type': expected \"gpt2\", got {}", path, j.value("model_type", "none"));
-  Config c;
-  c.path = path;
-  try {
-    c.model.family = "gpt2";
-    c.model.vocab_size = j.at("vocab_size").get<int>();
-    c.model.block_size = j.at("n_positions").get<int>();
-    c.model.n_embd = j.at("n_embd").get<int>();
-    c.model.n_layer = j.at("n_layer").get<int>();
-    c.model.n_head = j.at("n_head").get<int>();
-    c.model.norm_eps = j.value("layer_norm_epsilon", 1e-5);
-  } catch (const nlohmann::json::exception& e) {
-    fail("{}: {}", path, e.what());
-  }
-  if (j.value("activation_function", "gelu_new") != "gelu_new" || !j.value("n_inner", nlohmann::json()).is_null())
-    fail("{}: field 'activation_function'/'n_inner': forge's GPT-2 is gelu_new with n_inner = 4*n_embd", path);
-  c.train.seq_len = c.model.block_size;
-  c.train.batch_size = 1;
-  return c;
-}
-
-}  // namespace
 
 LoadedModel load_trained_model(const std::string& checkpoint, const std::string& config_path,
                                int B, int T, const std::string& numerics) {
@@ -53,7 +20,8 @@ LoadedModel load_trained_model(const std::string& checkpoint, const std::string&
     lm.config = load_config(config_path);
   } else if (fs::is_directory(checkpoint) && !fs::exists(checkpoint + "/state.json") &&
              fs::exists(checkpoint + "/config.json")) {
-    lm.config = config_from_hf(checkpoint + "/config.json");
+    // A folder written by transformers' save_pretrained or `forge export --hf`.
+    lm.config = load_hf_config(checkpoint + "/config.json");
   } else if (fs::is_directory(checkpoint)) {
     const std::string state = checkpoint + "/state.json";
     nlohmann::json j;

@@ -88,10 +88,10 @@ TrainResult run_training(const TrainOptions& opt) {
       if (std::uncaught_exceptions() > 0) c.mark_failed();
     }
   } fail_guard{*comm};
-  const auto sharding = world > 1 ? dist::sharding_from_env() : dist::OptimizerSharding::Replicated;
+  const auto sharding = world > 1 ? dist::choose_sharding(opt.dp_sharding) : dist::OptimizerSharding::Replicated;
   const bool zero1 = sharding == dist::OptimizerSharding::Zero1;
   if (zero1 && !opt.dump_dir.empty())
-    fail("--dump: with FORGE_DP_SHARDING=zero1 no rank holds the full gradients; dump a "
+    fail("--dump: with ZeRO-1 sharding no rank holds the full gradients; dump a "
          "replicated run instead");
 
   if (lead) {

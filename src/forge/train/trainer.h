@@ -22,6 +22,7 @@ struct TrainOptions {
   int stop_after = -1;        // stop (with a checkpoint) after this many steps in total
   std::string out_dir;        // overrides config.out_dir when set
   bool quiet = false;         // no per-step lines on stdout (metrics file still written)
+  std::string dp_sharding;    // "none" | "zero1"; empty: FORGE_DP_SHARDING, else none
 };
 
 struct TrainResult {

@@ -1,0 +1,26 @@
+// Hugging Face transformers' config.json for the two families forge trains: GPT2LMHeadModel
+// and LlamaForCausalLM. The one writer (`forge export --hf`) and the one reader (eval and
+// sample of a folder written by save_pretrained or by the export) live side by side so that
+// what one writes the other reads.
+#pragma once
+
+#include <string>
+
+#include <nlohmann/json_fwd.hpp>
+
+#include "forge/io/config.h"
+
+namespace forge {
+
+// transformers' GPT2Config / LlamaConfig fields for the model (dropout off: forge trains
+// without it). Throws for a family transformers has no counterpart for.
+nlohmann::json hf_config_json(const ModelConfig& m);
+
+// A forge Config for the model a config.json describes (model_type "gpt2" or "llama");
+// train.batch_size = 1 and train.seq_len = the model's context. HF's vocab_size (the
+// embedding rows) becomes model.padded_vocab_size, and model.vocab_size is the export's
+// forge_vocab_size where present, else the same. Errors name `where` and HF's field name.
+Config parse_hf_config(const nlohmann::json& j, const std::string& where);
+Config load_hf_config(const std::string& path);
+
+}  // namespace forge
