@@ -221,3 +221,41 @@ TEST(Bf16, ProfileUsesBf16LinearAndFailsOnUnplannedShapes) {
 }
 
 }  // namespace
+
+// The native path (oneDNN's bf16 matmul on avx512_bf16 / AMX) on every transpose and both
+// betas, against float64 over the same bf16 values. On a CPU without bf16 instructions the
+// linear kernels take the rounded-fp32 path, which the tests above cover.
+TEST(Bf16, NativeGemmMatchesFloat64OnEveryTranspose) {
+  if (!cpu::native_bf16_available()) GTEST_SKIP() << "no bf16 dot-product instructions here";
+  for (bool ta : {false, true})
+    for (bool tb : {false, true})
+      for (float beta : {0.0f, 1.0f}) {
+        const int M = 67, N = 45, K = 301;  // odd sizes: tails in every dimension
+        const int lda = (ta ? M : K) + 3, ldb = (tb ? K : N) + 5, ldc = N + 2;
+        SCOPED_TRACE(testing::Message() << "ta=" << ta << " tb=" << tb << " beta=" << beta);
+        const Floats a = random_floats(size_t(ta ? K : M) * lda, 50),
+                     b = random_floats(size_t(tb ? N : K) * ldb, 51);
+        std::vector<uint16_t> a16(a.size()), b16(b.size());
+        cpu::to_bf16(a16.data(), a.data(), a.size());
+        cpu::to_bf16(b16.data(), b.data(), b.size());
+        Floats c = random_floats(size_t(M) * ldc, 52);
+        const Floats c0 = c;
+        cpu::gemm_bf16(ta, tb, M, N, K, a16.data(), lda, b16.data(), ldb, beta, c.data(), ldc);
+        Doubles want(size_t(M) * N), got(size_t(M) * N);
+        for (int i = 0; i < M; ++i)
+          for (int j = 0; j < N; ++j) {
+            double acc = beta * c0[size_t(i) * ldc + j];
+            for (int k = 0; k < K; ++k) {
+              const uint16_t av = ta ? a16[size_t(k) * lda + i] : a16[size_t(i) * lda + k];
+              const uint16_t bv = tb ? b16[size_t(j) * ldb + k] : b16[size_t(k) * ldb + j];
+              acc += double(scalar::bf16_to_float(av)) * scalar::bf16_to_float(bv);
+            }
+            want[size_t(i) * N + j] = acc;
+            got[size_t(i) * N + j] = c[size_t(i) * ldc + j];
+          }
+        EXPECT_LT(rel_l2(Floats(got.begin(), got.end()), want), kTol);
+        // the padding between rows of C is not written
+        for (int i = 0; i < M; ++i)
+          for (int j = N; j < ldc; ++j) EXPECT_EQ(c[size_t(i) * ldc + j], c0[size_t(i) * ldc + j]);
+      }
+}

@@ -57,6 +57,17 @@ void round_bf16(float* out, const float* in, size_t n);
 // out[i] = bf16_bits(in[i]): the packed form (half the bytes) for bf16 dot-product units.
 void to_bf16(uint16_t* out, const float* in, size_t n);
 
+// True when this CPU has bf16 dot-product instructions (avx512_bf16, AMX) and oneDNN can use
+// them: the linear kernels then multiply packed bf16 operands natively (about twice the fp32
+// rate) instead of running the fp32 GEMM over rounded values. FORGE_BF16_NATIVE=0 turns it
+// off (for comparing the two paths).
+bool native_bf16_available();
+
+// C[M,N] = op(A) op(B) + beta C on packed bf16 operands, fp32 accumulation and output; the
+// conventions of kernels/gemm.h. beta is 0 or 1. Requires native_bf16_available().
+void gemm_bf16(bool transA, bool transB, int M, int N, int K, const uint16_t* A, int lda,
+               const uint16_t* B, int ldb, float beta, float* C, int ldc);
+
 // Scratch the two linear kernels need, in floats, for shapes up to N x IC x OC.
 size_t bf16_linear_scratch_floats(int N, int IC, int OC);
 
