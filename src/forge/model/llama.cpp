@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <utility>
 
 #include "forge/core/error.h"
 #include "forge/core/rng.h"
@@ -62,15 +63,17 @@ Llama::Llama(const ModelConfig& config, int B, int T, Numerics& numerics)
   auto align = [](size_t n) { return (n + 15) / 16 * 16; };
   const size_t per_layer = align(N * C) * 4 + align(N) * 2 + align(N * Dq_) * 2 +
                            align(N * Dkv_) * 2 + align(att_saved) + align(N * F_) * 3;
-  const size_t half = static_cast<size_t>(hd_) / 2;
-  const size_t acts_total = align(T * half) * 2 + align(static_cast<size_t>(T) * C) +
+  // The rotary tables cover the whole block, as the reference's do (their values do not
+  // depend on it, but a profile's vector grouping may).
+  const size_t rope_floats = nx_.rope_table_floats(config.block_size, hd_);
+  const size_t acts_total = align(rope_floats) * 2 + align(static_cast<size_t>(T) * C) +
                             align(N * C) * 2 + align(N) + align(N * Vp) + align(xent_saved) +
                             per_layer * L;
   acts_arena_.resize(acts_total);
   float* cursor = acts_arena_.data();
   auto take = [&](size_t n) { float* p = cursor; cursor += align(n); return p; };
-  rope_cos_ = take(T * half);
-  rope_sin_ = take(T * half);
+  rope_cos_ = take(rope_floats);
+  rope_sin_ = take(rope_floats);
   no_positions_ = take(static_cast<size_t>(T) * C);  // zeros: see forward()
   embed_ = take(N * C);
   layers_.resize(L);
@@ -102,9 +105,10 @@ Llama::Llama(const ModelConfig& config, int B, int T, Numerics& numerics)
   shape.B = B; shape.T = T; shape.C = C; shape.NH = NH_;
   shape.V = config.vocab_size; shape.Vp = Vp; shape.L = L;
   shape.n_kv_head = KVH_; shape.head_dim = hd_; shape.ffn = F_;
+  shape.llama = true;
   nx_.plan(shape);
-  // Every sequence starts at position 0: one table for positions [0, T).
-  nx_.rope_tables(rope_cos_, rope_sin_, T, hd_, config.rope_theta);
+  // Every sequence starts at position 0: one table for positions [0, block_size).
+  nx_.rope_tables(rope_cos_, rope_sin_, config.block_size, hd_, config.rope_theta);
 }
 
 double Llama::train_flops_per_token(int T) const {
@@ -233,33 +237,39 @@ void Llama::backward(float dloss, float* grads) {
   nx_.linear_backward(d_ln_, grads + head_w_, nullptr, d_logits_, norm_, P + head_w_, N, C, Vp);
   if (recorder_) record("actgrad.norm", d_ln_, {B, T, C});
   const float* x_last = L > 0 ? layers_[L - 1].res2 : embed_;
-  // d_res: the gradient flowing down the residual stream.
-  nx_.rmsnorm_backward(d_res_, grads + norm_w_, d_ln_, x_last, P + norm_w_, norm_rstd_, N, C);
+  // d_res: the gradient flowing down the residual stream. It and d_tmp trade buffers after
+  // each norm's backward, which writes residual + norm gradient into the other one.
+  float* d_res = d_res_;
+  float* d_tmp = d_tmp_;
+  nx_.rmsnorm_backward(d_res, grads + norm_w_, d_ln_, x_last, P + norm_w_, norm_rstd_, N, C);
   for (int l = L - 1; l >= 0; --l) {
     const LayerParams w = layer_params(P, l);
     const LayerParams g = layer_params(grads, l);
     const LayerActs& a = layers_[l];
     const float* x_in = l > 0 ? layers_[l - 1].res2 : embed_;
     const std::string pfx = recorder_ ? "actgrad.h." + std::to_string(l) + "." : std::string();
-    if (recorder_) record(pfx + "res_2", d_res_, {B, T, C});
-    if (recorder_) record(pfx + "mlp.down_proj", d_res_, {B, T, C});
+    if (recorder_) record(pfx + "res_2", d_res, {B, T, C});
+    if (recorder_) record(pfx + "mlp.down_proj", d_res, {B, T, C});
     // MLP branch: res2 = res1 + down(silu(gate(ln2)) * up(ln2)),  ln2 = RMSNorm(res1)
-    nx_.linear_backward(d_act_, g.down_w, nullptr, d_res_, a.act, w.down_w, N, F, C);
+    nx_.linear_backward(d_act_, g.down_w, nullptr, d_res, a.act, w.down_w, N, F, C);
     if (recorder_) record(pfx + "mlp.swiglu", d_act_, {B, T, F});
     nx_.swiglu_backward(d_gate_, d_up_, d_act_, a.gate, a.up, NF);
     if (recorder_) record(pfx + "mlp.gate_proj", d_gate_, {B, T, F});
     if (recorder_) record(pfx + "mlp.up_proj", d_up_, {B, T, F});
     // ln2 feeds two projections: d(ln2) is the sum of what each sends back.
     nx_.linear_backward(d_ln_, g.up_w, nullptr, d_up_, a.ln2, w.up_w, N, C, F);
-    nx_.linear_backward(d_tmp_, g.gate_w, nullptr, d_gate_, a.ln2, w.gate_w, N, C, F);
-    nx_.add_inplace(d_ln_, d_tmp_, NC);
+    nx_.linear_backward(d_tmp, g.gate_w, nullptr, d_gate_, a.ln2, w.gate_w, N, C, F);
+    nx_.add_inplace(d_ln_, d_tmp, NC);
     if (recorder_) record(pfx + "post_attention_layernorm", d_ln_, {B, T, C});
-    nx_.rmsnorm_backward(d_tmp_, g.ln2_w, d_ln_, a.res1, w.ln2_w, a.ln2_rstd, N, C);
-    nx_.add_inplace(d_res_, d_tmp_, NC);  // d(res1) = d(res2) + d(through the MLP)
-    if (recorder_) record(pfx + "res_1", d_res_, {B, T, C});
-    if (recorder_) record(pfx + "self_attn.o_proj", d_res_, {B, T, C});
+    // d(res1) = d(res2) + d(through the MLP): autograd receives the residual's term first,
+    // then the norm's two (see rmsnorm_backward_residual).
+    nx_.rmsnorm_backward_residual(d_tmp, g.ln2_w, d_ln_, a.res1, w.ln2_w, a.ln2_rstd, d_res, N,
+                                  C);
+    std::swap(d_res, d_tmp);
+    if (recorder_) record(pfx + "res_1", d_res, {B, T, C});
+    if (recorder_) record(pfx + "self_attn.o_proj", d_res, {B, T, C});
     // attention branch: res1 = x + o(attn(rope(q(ln1)), rope(k(ln1)), v(ln1))),  ln1 = RMSNorm(x)
-    nx_.linear_backward(d_sdpa_, g.o_w, nullptr, d_res_, a.sdpa, w.o_w, N, Dq, C);
+    nx_.linear_backward(d_sdpa_, g.o_w, nullptr, d_res, a.sdpa, w.o_w, N, Dq, C);
     if (recorder_) record(pfx + "self_attn.sdpa", d_sdpa_, {B, T, Dq});
     nx_.gqa_attention_backward(d_qrot_, d_krot_, d_v_, d_sdpa_, a.q, a.k, a.v, a.sdpa,
                                a.att_saved, B, T, NH, KVH, hd);
@@ -274,19 +284,21 @@ void Llama::backward(float dloss, float* grads) {
     }
     // ln1 feeds three projections; their contributions are summed v, k, q.
     nx_.linear_backward(d_ln_, g.v_w, nullptr, d_v_, a.ln1, w.v_w, N, C, Dkv);
-    nx_.linear_backward(d_tmp_, g.k_w, nullptr, d_k_, a.ln1, w.k_w, N, C, Dkv);
-    nx_.add_inplace(d_ln_, d_tmp_, NC);
-    nx_.linear_backward(d_tmp_, g.q_w, nullptr, d_q_, a.ln1, w.q_w, N, C, Dq);
-    nx_.add_inplace(d_ln_, d_tmp_, NC);
+    nx_.linear_backward(d_tmp, g.k_w, nullptr, d_k_, a.ln1, w.k_w, N, C, Dkv);
+    nx_.add_inplace(d_ln_, d_tmp, NC);
+    nx_.linear_backward(d_tmp, g.q_w, nullptr, d_q_, a.ln1, w.q_w, N, C, Dq);
+    nx_.add_inplace(d_ln_, d_tmp, NC);
     if (recorder_) record(pfx + "input_layernorm", d_ln_, {B, T, C});
-    nx_.rmsnorm_backward(d_tmp_, g.ln1_w, d_ln_, x_in, w.ln1_w, a.ln1_rstd, N, C);
-    nx_.add_inplace(d_res_, d_tmp_, NC);  // d(x) = d(res1) + d(through attention)
+    // d(x) = d(res1) + d(through attention), in the same order.
+    nx_.rmsnorm_backward_residual(d_tmp, g.ln1_w, d_ln_, x_in, w.ln1_w, a.ln1_rstd, d_res, N,
+                                  C);
+    std::swap(d_res, d_tmp);
   }
-  if (recorder_) record("actgrad.embed", d_res_, {B, T, C});
+  if (recorder_) record("actgrad.embed", d_res, {B, T, C});
   // The embedding is the only user of its rows here (the head is untied): start from zero,
   // since the lookup's backward accumulates.
   std::memset(grads + embed_w_, 0, sizeof(float) * layout_.tensors().front().numel);
-  nx_.embedding_backward(grads + embed_w_, nullptr, d_res_, tokens_.data(), B, T, C);
+  nx_.embedding_backward(grads + embed_w_, nullptr, d_res, tokens_.data(), B, T, C);
 }
 
 }  // namespace forge

@@ -21,6 +21,18 @@ void Numerics::rmsnorm_backward(float* dinp, float* dweight, const float* dout, 
   k::rmsnorm_backward(dinp, dweight, dout, inp, weight, rstd, N, C);
 }
 
+void Numerics::rmsnorm_backward_residual(float* dinp, float* dweight, const float* dout,
+                                         const float* inp, const float* weight,
+                                         const float* rstd, const float* dresidual, int N,
+                                         int C) {
+  rmsnorm_backward(dinp, dweight, dout, inp, weight, rstd, N, C);
+  add_inplace(dinp, dresidual, static_cast<size_t>(N) * C);
+}
+
+size_t Numerics::rope_table_floats(int T, int hd) const {
+  return static_cast<size_t>(T) * static_cast<size_t>(hd / 2);
+}
+
 void Numerics::rope_tables(float* cos, float* sin, int T, int hd, double theta) {
   k::rope_tables(cos, sin, T, hd, theta);
 }

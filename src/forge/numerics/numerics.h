@@ -25,6 +25,7 @@ struct ModelConfig;
 struct StepShape {
   int B = 0, T = 0, C = 0, NH = 0, V = 0 /*real vocab*/, Vp = 0 /*padded rows*/, L = 0;
   int n_kv_head = 0, head_dim = 0, ffn = 0;
+  bool llama = false;  // the Llama-family ops (RMSNorm, RoPE, SwiGLU, GQA) run, not GPT-2's
 };
 
 // One parameter tensor as the optimizer sees it.
@@ -117,7 +118,20 @@ class Numerics {
   // dinp and dweight are overwritten.
   virtual void rmsnorm_backward(float* dinp, float* dweight, const float* dout, const float* inp,
                                 const float* weight, const float* rstd, int N, int C);
-  // cos, sin [T, hd/2] of the angles t * theta^(-2i/hd), computed once at start-up.
+  // The same for an input that also feeds a residual add whose gradient dresidual reached it
+  // first (the decoder layers): dinp = dresidual + d(inp), the three-term sum in the order the
+  // profile's reference accumulates it (torch's autograd: the residual, the x * rstd path,
+  // then the path through the variance). dinp must not alias dresidual or dout. The default
+  // is rmsnorm_backward, then add_inplace of dresidual.
+  virtual void rmsnorm_backward_residual(float* dinp, float* dweight, const float* dout,
+                                         const float* inp, const float* weight,
+                                         const float* rstd, const float* dresidual, int N, int C);
+  // cos, sin of the angles t * theta^(-2i/hd) for positions [0, T), computed once at start-up
+  // in a layout of the profile's own, rope_table_floats(T, hd) floats each, which only its
+  // rope_forward/backward read. The default is [T, hd/2]; torch-cpu keeps torch's [T, hd],
+  // whose two halves can differ in the last bit (Sleef's cos/sin of a vector take a slower
+  // path for every lane when one lane's angle is large).
+  virtual size_t rope_table_floats(int T, int hd) const;
   virtual void rope_tables(float* cos, float* sin, int T, int hd, double theta);
   // Rows of n_heads*hd floats, B*T rows (row b*T+t at position t); Hugging Face's
   // rotate_half convention; out/dinp overwritten, never aliasing the input.

@@ -88,6 +88,14 @@ void TimedNumerics::rmsnorm_backward(float* dinp, float* dw, const float* dout, 
                                      const float* w, const float* rstd, int N, int C) {
   timed("rmsnorm bwd", [&] { inner_->rmsnorm_backward(dinp, dw, dout, inp, w, rstd, N, C); });
 }
+void TimedNumerics::rmsnorm_backward_residual(float* dinp, float* dw, const float* dout,
+                                              const float* inp, const float* w,
+                                              const float* rstd, const float* dres, int N,
+                                              int C) {
+  timed("rmsnorm bwd", [&] {
+    inner_->rmsnorm_backward_residual(dinp, dw, dout, inp, w, rstd, dres, N, C);
+  });
+}
 void TimedNumerics::rope_forward(float* out, const float* inp, const float* cos, const float* sin,
                                  int B, int T, int n_heads, int hd) {
   timed("rope fwd", [&] { inner_->rope_forward(out, inp, cos, sin, B, T, n_heads, hd); });

@@ -56,8 +56,14 @@ class TimedNumerics final : public Numerics {
   // llama ops
   void rmsnorm_forward(float* out, float* rstd, const float* inp, const float* weight, int N,
                        int C, float eps) override;
+  void rmsnorm_backward_residual(float* dinp, float* dweight, const float* dout,
+                                 const float* inp, const float* weight, const float* rstd,
+                                 const float* dresidual, int N, int C) override;
   void rmsnorm_backward(float* dinp, float* dweight, const float* dout, const float* inp,
                         const float* weight, const float* rstd, int N, int C) override;
+  size_t rope_table_floats(int T, int hd) const override {
+    return inner_->rope_table_floats(T, hd);
+  }
   void rope_tables(float* cos, float* sin, int T, int hd, double theta) override {
     inner_->rope_tables(cos, sin, T, hd, theta);
   }

@@ -22,6 +22,7 @@
 #include "forge/kernels/cpu/torch_cpu_gelu.h"
 #include "forge/kernels/cpu/torch_cpu_layernorm.h"
 #include "forge/kernels/cpu/torch_cpu_linear.h"
+#include "forge/kernels/cpu/torch_cpu_llama.h"
 #include "forge/kernels/cpu/torch_cpu_optim.h"
 #include "forge/kernels/cpu/torch_cpu_xent.h"
 #include "forge/numerics/numerics.h"
@@ -37,7 +38,13 @@ class TorchCpuNumerics final : public Numerics {
   void plan(const StepShape& s) override {
     const int threads = std::max(omp_get_max_threads(), omp_get_num_procs());
     tcpu::set_blas_threads(omp_get_max_threads());
-    attn_scratch_.assign(tcpu::attention_scratch_floats(s.B, s.T, s.C, std::max(1, s.NH)), 0.f);
+    if (s.llama) {
+      const int64_t N = int64_t{s.B} * s.T;
+      rms_scratch_.assign(tcpu::rmsnorm_backward_scratch(N, s.C), 0.f);
+      gqa_scratch_.assign(tcpu::gqa_attention_scratch_floats(s.B, s.T, s.NH, s.head_dim), 0.f);
+    } else {
+      attn_scratch_.assign(tcpu::attention_scratch_floats(s.B, s.T, s.C, std::max(1, s.NH)), 0.f);
+    }
     ln_scratch_.assign(static_cast<size_t>(tcpu::layernorm_backward_scratch(s.C, threads)), 0.f);
     const int64_t vrows = std::max(s.V, s.Vp);
     emb_ints_.assign(static_cast<size_t>(tcpu::embedding_backward_scratch_ints(s.B, s.T, vrows)), 0);
@@ -130,6 +137,65 @@ class TorchCpuNumerics final : public Numerics {
     tcpu::cross_entropy_backward(dlogits, saved, targets, N, V, Vp, dloss);
   }
 
+  // --- Llama family: reference/forge_ref/llama.py's ops (torch_cpu_llama.h) ---------------
+  void rmsnorm_forward(float* out, float* rstd, const float* inp, const float* weight, int N,
+                       int C, float eps) override {
+    tcpu::rmsnorm_forward(out, rstd, inp, weight, N, C, eps);
+  }
+  void rmsnorm_backward(float* dinp, float* dweight, const float* dout, const float* inp,
+                        const float* weight, const float* rstd, int N, int C) override {
+    ensure(rms_scratch_, tcpu::rmsnorm_backward_scratch(N, C));
+    tcpu::rmsnorm_backward(dinp, dweight, dout, inp, weight, rstd, nullptr, N, C,
+                           rms_scratch_.data());
+  }
+  void rmsnorm_backward_residual(float* dinp, float* dweight, const float* dout,
+                                 const float* inp, const float* weight, const float* rstd,
+                                 const float* dresidual, int N, int C) override {
+    ensure(rms_scratch_, tcpu::rmsnorm_backward_scratch(N, C));
+    tcpu::rmsnorm_backward(dinp, dweight, dout, inp, weight, rstd, dresidual, N, C,
+                           rms_scratch_.data());
+  }
+  size_t rope_table_floats(int T, int hd) const override {
+    return static_cast<size_t>(T) * static_cast<size_t>(hd);
+  }
+  void rope_tables(float* cos, float* sin, int T, int hd, double theta) override {
+    tcpu::rope_tables(cos, sin, T, hd, theta);
+  }
+  void rope_forward(float* out, const float* inp, const float* cos, const float* sin, int B,
+                    int T, int n_heads, int hd) override {
+    tcpu::rope_forward(out, inp, cos, sin, B, T, n_heads, hd);
+  }
+  void rope_backward(float* dinp, const float* dout, const float* cos, const float* sin, int B,
+                     int T, int n_heads, int hd) override {
+    tcpu::rope_backward(dinp, dout, cos, sin, B, T, n_heads, hd);
+  }
+  void swiglu_forward(float* out, const float* gate, const float* up, size_t n) override {
+    tcpu::swiglu_forward(out, gate, up, static_cast<int64_t>(n));
+  }
+  void swiglu_backward(float* dgate, float* dup, const float* dout, const float* gate,
+                       const float* up, size_t n) override {
+    tcpu::swiglu_backward(dgate, dup, dout, gate, up, static_cast<int64_t>(n));
+  }
+  size_t gqa_attention_saved_floats(int B, int T, int NH, int KVH, int hd) const override {
+    (void)KVH;
+    (void)hd;
+    return static_cast<size_t>(B) * NH * T * T;  // the softmax probabilities
+  }
+  void gqa_attention_forward(float* out, float* saved, const float* q, const float* k,
+                             const float* v, int B, int T, int NH, int KVH, int hd) override {
+    ensure(gqa_scratch_, tcpu::gqa_attention_scratch_floats(B, T, NH, hd));
+    tcpu::gqa_attention_forward(out, saved, q, k, v, B, T, NH, KVH, hd, gqa_scratch_.data());
+  }
+  void gqa_attention_backward(float* dq, float* dk, float* dv, const float* dout,
+                              const float* q, const float* k, const float* v, const float* out,
+                              const float* saved, int B, int T, int NH, int KVH,
+                              int hd) override {
+    (void)out;
+    ensure(gqa_scratch_, tcpu::gqa_attention_scratch_floats(B, T, NH, hd));
+    tcpu::gqa_attention_backward(dq, dk, dv, dout, q, k, v, saved, B, T, NH, KVH, hd,
+                                 gqa_scratch_.data());
+  }
+
   double optimizer_step(ParamRef* params, int count, const OptimizerStep& hp) override {
     ensure(norms_, static_cast<size_t>(count));
     ensure(grad_ptrs_, static_cast<size_t>(count));
@@ -159,7 +225,7 @@ class TorchCpuNumerics final : public Numerics {
     if (v.size() < n) v.resize(n);
   }
 
-  std::vector<float> attn_scratch_, ln_scratch_, emb_row_, norms_;
+  std::vector<float> attn_scratch_, ln_scratch_, emb_row_, norms_, rms_scratch_, gqa_scratch_;
   std::vector<int32_t> emb_ints_;
   std::vector<float*> grad_ptrs_;
   std::vector<int64_t> numels_;

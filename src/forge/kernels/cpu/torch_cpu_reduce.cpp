@@ -142,6 +142,28 @@ void sum_dim0(float* out, const float* in, int64_t rows, int64_t cols) {
   });
 }
 
+void sum_lastdim(float* out, const float* in, int64_t rows, int64_t cols) {
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* row = in + r * cols;
+    float total;
+    if (cols >= kVec) {
+      // vectorized_inner_sum: the row as cols/8 vectors through row_sum, then a scalar
+      // accumulator that takes the leftover elements first and the eight lanes after.
+      const int64_t nvec = cols / kVec;
+      const V vacc = row_sum<V>(row, kVec, nvec);
+      total = 0.0f;
+      for (int64_t c = nvec * kVec; c < cols; ++c) total += row[c];
+      alignas(32) float lanes[kVec];
+      _mm256_store_ps(lanes, vacc);
+      for (int k = 0; k < kVec; ++k) total += lanes[k];
+    } else {
+      total = row_sum<float>(row, 1, cols);  // scalar_inner_sum
+    }
+    out[r] = 0.0f;  // the output was zero-filled; CastStoreAccumulate adds into it
+    store_acc(out + r, total);
+  }
+}
+
 float norm2(const float* in, int64_t n) {
   V acc = _mm256_setzero_ps();
   int64_t d = 0;

@@ -10,6 +10,11 @@ namespace forge::tcpu {
 // (cpu/SumKernel.cpp cascade_sum through TensorIterator::parallel_reduce).
 void sum_dim0(float* out, const float* in, int64_t rows, int64_t cols);
 
+// out[r] = sum over c of in[r, c] for a contiguous [rows, cols] tensor: at::sum(t, -1)
+// (cascade_sum's vectorized_inner_sum, or scalar_inner_sum below 8 columns). Each row is
+// summed whole by one thread, so the thread count does not change the bits.
+void sum_lastdim(float* out, const float* in, int64_t rows, int64_t cols);
+
 // torch.norm(t, 2.0) of a contiguous tensor of n floats (cpu/ReduceOpsKernel.cpp
 // norm_kernel_tensor_iterator_impl, the p == 2 fast path).
 float norm2(const float* in, int64_t n);
