@@ -4,15 +4,14 @@
 #include <omp.h>
 
 #include <algorithm>
-#include <compare>
 #include <cstddef>
 #include <cstdlib>
-#include <map>
-#include <mutex>
 #include <string>
 
 #ifdef FORGE_HAVE_DNNL
 #include <dnnl.h>
+
+#include "forge/kernels/cpu/onednn_matmul.h"
 #endif
 
 #include "forge/core/error.h"
@@ -170,103 +169,6 @@ size_t bf16_linear_scratch_floats(int N, int IC, int OC) {
 
 #ifdef FORGE_HAVE_DNNL
 
-namespace {
-
-// One oneDNN matmul primitive per (shape, strides, beta), made on first use and kept: a
-// training step repeats the same few shapes, so after the first step nothing is created.
-struct MatmulKey {
-  bool ta, tb;
-  int M, N, K, lda, ldb, ldc;
-  bool accumulate;
-  auto operator<=>(const MatmulKey&) const = default;
-};
-
-struct Matmul {
-  dnnl_primitive_t prim = nullptr;
-  dnnl_memory_t a = nullptr, b = nullptr, c = nullptr;
-};
-
-void check(dnnl_status_t st, const char* what) {
-  FORGE_CHECK(st == dnnl_success, "oneDNN {} failed with status {}", what, static_cast<int>(st));
-}
-
-class MatmulCache {
- public:
-  MatmulCache() {
-    check(dnnl_engine_create(&engine_, dnnl_cpu, 0), "engine_create");
-    check(dnnl_stream_create(&stream_, engine_, dnnl_stream_default_flags), "stream_create");
-  }
-  ~MatmulCache() {
-    for (auto& [key, m] : cache_) {
-      dnnl_memory_destroy(m.a);
-      dnnl_memory_destroy(m.b);
-      dnnl_memory_destroy(m.c);
-      dnnl_primitive_destroy(m.prim);
-    }
-    dnnl_stream_destroy(stream_);
-    dnnl_engine_destroy(engine_);
-  }
-
-  void run(const MatmulKey& k, const uint16_t* A, const uint16_t* B, float* C) {
-    std::lock_guard<std::mutex> lock(mu_);
-    auto it = cache_.find(k);
-    if (it == cache_.end()) it = cache_.emplace(k, make(k)).first;
-    const Matmul& m = it->second;
-    check(dnnl_memory_set_data_handle(m.a, const_cast<uint16_t*>(A)), "set_data_handle");
-    check(dnnl_memory_set_data_handle(m.b, const_cast<uint16_t*>(B)), "set_data_handle");
-    check(dnnl_memory_set_data_handle(m.c, C), "set_data_handle");
-    const dnnl_exec_arg_t args[] = {{DNNL_ARG_SRC, m.a}, {DNNL_ARG_WEIGHTS, m.b}, {DNNL_ARG_DST, m.c}};
-    check(dnnl_primitive_execute(m.prim, stream_, 3, args), "matmul execute");
-    check(dnnl_stream_wait(stream_), "stream_wait");
-  }
-
- private:
-  Matmul make(const MatmulKey& k) {
-    // Transposes are strides: op(A) is [M, K] whether A is stored [M, K] or [K, M].
-    const dnnl_dims_t a_dims = {k.M, k.K}, b_dims = {k.K, k.N}, c_dims = {k.M, k.N};
-    const dnnl_dims_t a_str = {k.ta ? 1 : k.lda, k.ta ? k.lda : 1};
-    const dnnl_dims_t b_str = {k.tb ? 1 : k.ldb, k.tb ? k.ldb : 1};
-    const dnnl_dims_t c_str = {k.ldc, 1};
-    dnnl_memory_desc_t a_md, b_md, c_md;
-    check(dnnl_memory_desc_init_by_strides(&a_md, 2, a_dims, dnnl_bf16, a_str), "memory_desc A");
-    check(dnnl_memory_desc_init_by_strides(&b_md, 2, b_dims, dnnl_bf16, b_str), "memory_desc B");
-    check(dnnl_memory_desc_init_by_strides(&c_md, 2, c_dims, dnnl_f32, c_str), "memory_desc C");
-    dnnl_matmul_desc_t desc;
-    check(dnnl_matmul_desc_init(&desc, &a_md, &b_md, nullptr, &c_md), "matmul_desc_init");
-    dnnl_primitive_attr_t attr;
-    check(dnnl_primitive_attr_create(&attr), "attr_create");
-    dnnl_post_ops_t ops = nullptr;
-    if (k.accumulate) {  // beta = 1: C += A B, as a sum post-op onto the destination
-      check(dnnl_post_ops_create(&ops), "post_ops_create");
-      check(dnnl_post_ops_append_sum(ops, 1.0f), "append_sum");
-      check(dnnl_primitive_attr_set_post_ops(attr, ops), "set_post_ops");
-    }
-    dnnl_primitive_desc_t pd;
-    check(dnnl_primitive_desc_create(&pd, &desc, attr, engine_, nullptr), "matmul primitive_desc");
-    Matmul m;
-    check(dnnl_primitive_create(&m.prim, pd), "matmul primitive_create");
-    check(dnnl_memory_create(&m.a, &a_md, engine_, DNNL_MEMORY_NONE), "memory A");
-    check(dnnl_memory_create(&m.b, &b_md, engine_, DNNL_MEMORY_NONE), "memory B");
-    check(dnnl_memory_create(&m.c, &c_md, engine_, DNNL_MEMORY_NONE), "memory C");
-    dnnl_primitive_desc_destroy(pd);
-    if (ops) dnnl_post_ops_destroy(ops);
-    dnnl_primitive_attr_destroy(attr);
-    return m;
-  }
-
-  std::mutex mu_;
-  dnnl_engine_t engine_ = nullptr;
-  dnnl_stream_t stream_ = nullptr;
-  std::map<MatmulKey, Matmul> cache_;
-};
-
-MatmulCache& matmuls() {
-  static MatmulCache cache;
-  return cache;
-}
-
-}  // namespace
-
 bool native_bf16_available() {
   static const bool yes = [] {
     if (const char* v = std::getenv("FORGE_BF16_NATIVE"); v && std::string(v) == "0") return false;
@@ -277,15 +179,8 @@ bool native_bf16_available() {
 
 void gemm_bf16(bool transA, bool transB, int M, int N, int K, const uint16_t* A, int lda,
                const uint16_t* B, int ldb, float beta, float* C, int ldc) {
-  FORGE_CHECK(beta == 0.0f || beta == 1.0f, "gemm_bf16: beta must be 0 or 1, got {}", beta);
   FORGE_CHECK(native_bf16_available(), "gemm_bf16 without bf16 instructions");
-  if (M == 0 || N == 0) return;
-  if (K == 0) {  // an empty sum: C = beta C
-    if (beta == 0.0f)
-      for (int i = 0; i < M; ++i) std::fill(C + static_cast<size_t>(i) * ldc, C + static_cast<size_t>(i) * ldc + N, 0.0f);
-    return;
-  }
-  matmuls().run({transA, transB, M, N, K, lda, ldb, ldc, beta != 0.0f}, A, B, C);
+  onednn_matmul(OneDnnType::kBf16, transA, transB, M, N, K, A, lda, B, ldb, beta, C, ldc);
 }
 
 #else

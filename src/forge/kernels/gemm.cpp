@@ -7,6 +7,8 @@
 
 #ifdef FORGE_HAVE_DNNL
 #include <dnnl.h>
+
+#include "forge/kernels/cpu/onednn_matmul.h"
 #endif
 
 #include "forge/core/error.h"
@@ -84,6 +86,12 @@ void gemm_with(GemmBackend backend, bool transA, bool transB, int M, int N, int 
       return;
     case GemmBackend::kOneDNN: {
 #ifdef FORGE_HAVE_DNNL
+      // The matmul primitive where beta is 0 or 1 (every call of the step): it is up to twice
+      // as fast as dnnl_sgemm on x W^T (see onednn_matmul.h). Other betas: dnnl_sgemm.
+      if (beta == 0.0f || beta == 1.0f) {
+        onednn_matmul(OneDnnType::kF32, transA, transB, M, N, K, A, lda, B, ldb, beta, C, ldc);
+        return;
+      }
       const dnnl_status_t st = dnnl_sgemm(transA ? 'T' : 'N', transB ? 'T' : 'N', M, N, K, 1.0f, A,
                                           lda, B, ldb, beta, C, ldc);
       FORGE_CHECK(st == dnnl_success, "dnnl_sgemm failed with status {}", static_cast<int>(st));

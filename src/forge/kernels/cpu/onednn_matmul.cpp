@@ -1,0 +1,129 @@
+#ifdef FORGE_HAVE_DNNL
+#include "forge/kernels/cpu/onednn_matmul.h"
+
+#include <dnnl.h>
+
+#include <algorithm>
+#include <compare>
+#include <cstddef>
+#include <map>
+#include <mutex>
+
+#include "forge/core/error.h"
+
+namespace forge::kernels::cpu {
+
+namespace {
+
+struct MatmulKey {
+  OneDnnType type;
+  bool ta, tb;
+  int M, N, K, lda, ldb, ldc;
+  bool accumulate;
+  auto operator<=>(const MatmulKey&) const = default;
+};
+
+struct Matmul {
+  dnnl_primitive_t prim = nullptr;
+  dnnl_memory_t a = nullptr, b = nullptr, c = nullptr;
+};
+
+void check(dnnl_status_t st, const char* what) {
+  FORGE_CHECK(st == dnnl_success, "oneDNN {} failed with status {}", what, static_cast<int>(st));
+}
+
+class MatmulCache {
+ public:
+  MatmulCache() {
+    check(dnnl_engine_create(&engine_, dnnl_cpu, 0), "engine_create");
+    check(dnnl_stream_create(&stream_, engine_, dnnl_stream_default_flags), "stream_create");
+  }
+  ~MatmulCache() {
+    for (auto& [key, m] : cache_) {
+      dnnl_memory_destroy(m.a);
+      dnnl_memory_destroy(m.b);
+      dnnl_memory_destroy(m.c);
+      dnnl_primitive_destroy(m.prim);
+    }
+    dnnl_stream_destroy(stream_);
+    dnnl_engine_destroy(engine_);
+  }
+
+  void run(const MatmulKey& k, const void* A, const void* B, float* C) {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = cache_.find(k);
+    if (it == cache_.end()) it = cache_.emplace(k, make(k)).first;
+    const Matmul& m = it->second;
+    check(dnnl_memory_set_data_handle(m.a, const_cast<void*>(A)), "set_data_handle");
+    check(dnnl_memory_set_data_handle(m.b, const_cast<void*>(B)), "set_data_handle");
+    check(dnnl_memory_set_data_handle(m.c, C), "set_data_handle");
+    const dnnl_exec_arg_t args[] = {{DNNL_ARG_SRC, m.a}, {DNNL_ARG_WEIGHTS, m.b}, {DNNL_ARG_DST, m.c}};
+    check(dnnl_primitive_execute(m.prim, stream_, 3, args), "matmul execute");
+    check(dnnl_stream_wait(stream_), "stream_wait");
+  }
+
+ private:
+  Matmul make(const MatmulKey& k) {
+    // Transposes are strides: op(A) is [M, K] whether A is stored [M, K] or [K, M].
+    const dnnl_dims_t a_dims = {k.M, k.K}, b_dims = {k.K, k.N}, c_dims = {k.M, k.N};
+    const dnnl_dims_t a_str = {k.ta ? 1 : k.lda, k.ta ? k.lda : 1};
+    const dnnl_dims_t b_str = {k.tb ? 1 : k.ldb, k.tb ? k.ldb : 1};
+    const dnnl_dims_t c_str = {k.ldc, 1};
+    const dnnl_data_type_t in = k.type == OneDnnType::kBf16 ? dnnl_bf16 : dnnl_f32;
+    dnnl_memory_desc_t a_md, b_md, c_md;
+    check(dnnl_memory_desc_init_by_strides(&a_md, 2, a_dims, in, a_str), "memory_desc A");
+    check(dnnl_memory_desc_init_by_strides(&b_md, 2, b_dims, in, b_str), "memory_desc B");
+    check(dnnl_memory_desc_init_by_strides(&c_md, 2, c_dims, dnnl_f32, c_str), "memory_desc C");
+    dnnl_matmul_desc_t desc;
+    check(dnnl_matmul_desc_init(&desc, &a_md, &b_md, nullptr, &c_md), "matmul_desc_init");
+    dnnl_primitive_attr_t attr;
+    check(dnnl_primitive_attr_create(&attr), "attr_create");
+    dnnl_post_ops_t ops = nullptr;
+    if (k.accumulate) {  // beta = 1: C += A B, as a sum post-op onto the destination
+      check(dnnl_post_ops_create(&ops), "post_ops_create");
+      check(dnnl_post_ops_append_sum(ops, 1.0f), "append_sum");
+      check(dnnl_primitive_attr_set_post_ops(attr, ops), "set_post_ops");
+    }
+    dnnl_primitive_desc_t pd;
+    check(dnnl_primitive_desc_create(&pd, &desc, attr, engine_, nullptr), "matmul primitive_desc");
+    Matmul m;
+    check(dnnl_primitive_create(&m.prim, pd), "matmul primitive_create");
+    check(dnnl_memory_create(&m.a, &a_md, engine_, DNNL_MEMORY_NONE), "memory A");
+    check(dnnl_memory_create(&m.b, &b_md, engine_, DNNL_MEMORY_NONE), "memory B");
+    check(dnnl_memory_create(&m.c, &c_md, engine_, DNNL_MEMORY_NONE), "memory C");
+    dnnl_primitive_desc_destroy(pd);
+    if (ops) dnnl_post_ops_destroy(ops);
+    dnnl_primitive_attr_destroy(attr);
+    return m;
+  }
+
+  std::mutex mu_;
+  dnnl_engine_t engine_ = nullptr;
+  dnnl_stream_t stream_ = nullptr;
+  std::map<MatmulKey, Matmul> cache_;
+};
+
+MatmulCache& matmuls() {
+  static MatmulCache cache;
+  return cache;
+}
+
+}  // namespace
+
+void onednn_matmul(OneDnnType type, bool transA, bool transB, int M, int N, int K, const void* A,
+                   int lda, const void* B, int ldb, float beta, float* C, int ldc) {
+  FORGE_CHECK(beta == 0.0f || beta == 1.0f, "onednn_matmul: beta must be 0 or 1, got {}", beta);
+  if (M == 0 || N == 0) return;
+  if (K == 0) {  // an empty sum: C = beta C
+    if (beta == 0.0f)
+      for (int i = 0; i < M; ++i) {
+        float* row = C + static_cast<size_t>(i) * ldc;
+        std::fill(row, row + N, 0.0f);
+      }
+    return;
+  }
+  matmuls().run({type, transA, transB, M, N, K, lda, ldb, ldc, beta != 0.0f}, A, B, C);
+}
+
+}  // namespace forge::kernels::cpu
+#endif  // FORGE_HAVE_DNNL

@@ -1,0 +1,23 @@
+// oneDNN's matmul primitive behind a GEMM-shaped call (kernels/gemm.h conventions: row-major,
+// C[M,N] = op(A) op(B) + beta C, op = transpose when asked, beta 0 or 1). Only compiled with
+// FORGE_HAVE_DNNL.
+//
+// Why the primitive and not dnnl_sgemm: on AVX-512 the primitive runs the linear layers'
+// forward GEMM (x W^T, B transposed) about twice as fast as the BLAS-like entry point
+// (bench_kernels, gemm/onednn vs gemm/onednn_sgemm), and it is the only oneDNN route to bf16
+// operands with fp32 accumulation and output.
+#pragma once
+
+#include <cstdint>
+
+namespace forge::kernels::cpu {
+
+enum class OneDnnType { kF32, kBf16 };  // of A and B; C is always fp32
+
+// A and B point to floats (kF32) or to bf16 bit patterns (uint16_t, kBf16). One primitive per
+// (type, shape, strides, beta) is made on first use and kept for the process: a training step
+// repeats the same few shapes, so from the second step on nothing is created.
+void onednn_matmul(OneDnnType type, bool transA, bool transB, int M, int N, int K, const void* A,
+                   int lda, const void* B, int ldb, float beta, float* C, int ldc);
+
+}  // namespace forge::kernels::cpu
