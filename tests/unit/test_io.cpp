@@ -1,7 +1,9 @@
 // Config, safetensors and atomic-write tests. Python interop runs the project venv's
 // safetensors package; a missing interpreter is a failure, not a skip.
 #include <gtest/gtest.h>
+#include <signal.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cstdio>
@@ -255,6 +257,40 @@ TEST(IoAtomicFile, FailingFillLeavesOldFileAndNoTemporary) {
                forge::Error);
   EXPECT_EQ(forge::read_text_file(path), "old");
   EXPECT_EQ(std::distance(fs::directory_iterator(dir.path()), fs::directory_iterator()), 1);
+}
+
+TEST(IoAtomicFile, ProcessKilledMidWriteLeavesOldFileAndNoTemporary) {
+  // SIGKILL cannot be caught: a rank killed while checkpointing must still leave only whole
+  // files (the temporary is unnamed until it is complete).
+  TempDir dir;
+  const std::string path = dir / "latest";
+  forge::write_text_atomic(path, "old");
+  int ready[2];
+  ASSERT_EQ(::pipe(ready), 0);
+  const pid_t child = ::fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    forge::write_file_atomic(path, [&](std::FILE* f) {
+      std::fputs("partial", f);
+      std::fflush(f);
+      const char go = 1;
+      if (::write(ready[1], &go, 1) != 1) std::_Exit(3);
+      ::pause();  // killed here, mid-write
+    });
+    std::_Exit(0);
+  }
+  char go = 0;
+  ASSERT_EQ(::read(ready[0], &go, 1), 1);
+  ::kill(child, SIGKILL);
+  int status = 0;
+  ASSERT_EQ(::waitpid(child, &status, 0), child);
+  ASSERT_TRUE(WIFSIGNALED(status));
+  ::close(ready[0]);
+  ::close(ready[1]);
+  EXPECT_EQ(forge::read_text_file(path), "old");
+  std::vector<std::string> names;
+  for (const auto& e : fs::directory_iterator(dir.path())) names.push_back(e.path().filename());
+  EXPECT_EQ(names, std::vector<std::string>{"latest"});
 }
 
 TEST(IoAtomicFile, UnwritableDirectoryIsAnErrorNamingThePath) {
