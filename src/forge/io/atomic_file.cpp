@@ -36,22 +36,14 @@ void fsync_dir(const std::string& dir, const std::string& target) {
     fail("{}: cannot sync directory {}: {}", target, dir, errno_text(err));
 }
 
-// The contents go to an unnamed file in the target's directory (O_TMPFILE), which the kernel
-// deletes if the process dies before it is linked in: a rank killed while checkpointing leaves
-// no partial file behind. Returns false where the filesystem or /proc does not allow it, having
-// written nothing visible.
-bool write_unnamed_then_link(const std::string& path, const std::string& tmp,
-                             const std::function<void(std::FILE*)>& fill) {
-#ifdef O_TMPFILE
-  const int fd = ::open(parent_dir(path).c_str(), O_TMPFILE | O_WRONLY | O_CLOEXEC, 0666);
-  if (fd < 0) return false;
-  std::FILE* f = ::fdopen(fd, "wb");
-  if (!f) {
-    ::close(fd);
-    return false;
-  }
+// Runs fill on f, then flushes and syncs it and closes it; on any failure closes it, calls
+// discard (which removes whatever name the file has) and throws naming path.
+void fill_sync_close(std::FILE* f, const std::string& path,
+                     const std::function<void(std::FILE*)>& fill,
+                     const std::function<void()>& discard) {
   auto abandon = [&](const std::string& what, int err) {
     if (f) std::fclose(f);
+    discard();
     if (err != 0) fail("{}: {}: {}", path, what, errno_text(err));
     fail("{}: {}", path, what);
   };
@@ -59,28 +51,54 @@ bool write_unnamed_then_link(const std::string& path, const std::string& tmp,
     fill(f);
   } catch (const Error&) {
     std::fclose(f);
+    discard();
     throw;
   } catch (const std::exception& e) {
     abandon(std::string("write failed: ") + e.what(), 0);
   }
   if (std::ferror(f)) abandon("write failed", errno ? errno : EIO);
   if (std::fflush(f) != 0) abandon("write failed (flush)", errno);
-  if (::fsync(fd) != 0) abandon("write failed (fsync)", errno);
+  if (::fsync(::fileno(f)) != 0) abandon("write failed (fsync)", errno);
+  if (std::fclose(f) != 0) {
+    f = nullptr;
+    abandon("write failed (close)", errno);
+  }
+}
+
+// The contents go to an unnamed file in the target's directory (O_TMPFILE), which the kernel
+// deletes if the process dies before it is linked in: a rank killed while checkpointing leaves
+// no partial file behind. Returns false, having written nothing visible, where the filesystem
+// or a missing /proc does not allow it.
+bool write_unnamed_then_link(const std::string& path, const std::string& tmp,
+                             const std::function<void(std::FILE*)>& fill) {
+#ifdef O_TMPFILE
+  const int fd = ::open(parent_dir(path).c_str(), O_TMPFILE | O_WRONLY | O_CLOEXEC, 0666);
+  if (fd < 0) return false;
+  // Linked through /proc while still open: its path dies with the descriptor.
+  const int keep = ::dup(fd);
+  std::FILE* f = keep >= 0 ? ::fdopen(fd, "wb") : nullptr;
+  if (!f) {
+    ::close(fd);
+    if (keep >= 0) ::close(keep);
+    return false;
+  }
+  try {
+    fill_sync_close(f, path, fill, [] {});
+  } catch (...) {
+    ::close(keep);
+    throw;
+  }
   // linkat cannot replace an existing file, so the whole file gets a temporary name and is
   // renamed over the target at once: the only window left is between these two calls.
-  const std::string proc = "/proc/self/fd/" + std::to_string(fd);
+  const std::string proc = "/proc/self/fd/" + std::to_string(keep);
   const bool linked = ::linkat(AT_FDCWD, proc.c_str(), AT_FDCWD, tmp.c_str(), AT_SYMLINK_FOLLOW) == 0;
   const int link_err = errno;
-  const int close_rc = std::fclose(f);
-  f = nullptr;
+  ::close(keep);
   if (!linked) {
     if (link_err == ENOENT || link_err == EPERM || link_err == EOPNOTSUPP || link_err == EXDEV)
       return false;  // no /proc, or a filesystem that will not link it: the named route
-    fail("{}: cannot link the written file into {}: {}", path, parent_dir(path), errno_text(link_err));
-  }
-  if (close_rc != 0) {
-    std::remove(tmp.c_str());
-    fail("{}: write failed (close): {}", path, errno_text(errno));
+    fail("{}: cannot link the written file into {}: {}", path, parent_dir(path),
+         errno_text(link_err));
   }
   if (std::rename(tmp.c_str(), path.c_str()) != 0) {
     const int err = errno;
@@ -105,32 +123,13 @@ void write_file_atomic(const std::string& path, const std::function<void(std::FI
   // Fallback: a named temporary file, renamed over the target when complete.
   std::FILE* f = std::fopen(tmp.c_str(), "wb");
   if (!f) fail("{}: cannot create temporary file {}: {}", path, tmp, errno_text(errno));
-
-  auto abandon = [&](const std::string& what, int err) {
-    if (f) std::fclose(f);
-    std::remove(tmp.c_str());
-    if (err != 0) fail("{}: {}: {}", path, what, errno_text(err));
-    fail("{}: {}", path, what);
-  };
-
-  try {
-    fill(f);
-  } catch (const Error&) {
-    std::fclose(f);
-    std::remove(tmp.c_str());
-    throw;
-  } catch (const std::exception& e) {
-    abandon(std::string("write failed: ") + e.what(), 0);
+  const auto remove_tmp = [&] { std::remove(tmp.c_str()); };
+  fill_sync_close(f, path, fill, remove_tmp);
+  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
+    const int err = errno;
+    remove_tmp();
+    fail("{}: cannot rename temporary file onto it: {}", path, errno_text(err));
   }
-  if (std::ferror(f)) abandon("write failed", errno ? errno : EIO);
-  if (std::fflush(f) != 0) abandon("write failed (flush)", errno);
-  if (::fsync(::fileno(f)) != 0) abandon("write failed (fsync)", errno);
-  if (std::fclose(f) != 0) {
-    f = nullptr;
-    abandon("write failed (close)", errno);
-  }
-  f = nullptr;
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) abandon("cannot rename temporary file onto it", errno);
   fsync_dir(parent_dir(path), path);
 }
 
