@@ -32,92 +32,17 @@
 #include "forge/kernels/rope.h"
 #include "forge/kernels/swiglu.h"
 #include "forge/numerics/numerics.h"
+#include "torch_cpu_fixtures.h"
 
 namespace fs = std::filesystem;
 using nlohmann::json;
 
 namespace {
 
-std::string source_dir() {
-  if (const char* s = std::getenv("FORGE_SOURCE_DIR")) return s;
-  return FORGE_SOURCE_DIR;
-}
+using forge_test::bits_equal;
+using Fixtures = forge_test::TorchFixtures;
 
-// One fixture directory per thread count, generated once per test process.
-struct Fixtures {
-  fs::path dir;
-  json index;
-  std::string error;
-
-  explicit Fixtures(int threads) {
-    std::ostringstream name, os;
-    name << "forge_tcpu_llama_fx_" << ::getpid() << "_t" << threads;
-    dir = fs::temp_directory_path() / name.str();
-    fs::remove_all(dir);
-    // OpenBLAS reads its thread count at load: pin it like OpenMP's (see set_blas_threads).
-    os << "ATEN_CPU_CAPABILITY=avx2 OMP_NUM_THREADS=" << threads
-       << " OPENBLAS_NUM_THREADS=" << threads << " /usr/bin/python3 '" << source_dir()
-       << "/tests/tools/torch_cpu_llama_fixtures.py' --out '" << dir.string()
-       << "' --threads " << threads << " 2>&1";
-    const std::string cmd = os.str();
-    if (std::system(cmd.c_str()) != 0) {
-      error = "fixture script failed (is Debian's python3-torch 1.13.1 installed?): " + cmd;
-      return;
-    }
-    std::ifstream f(dir / "index.json");
-    index = json::parse(f);
-  }
-  ~Fixtures() {
-    std::error_code ec;
-    fs::remove_all(dir, ec);
-  }
-
-  std::vector<float> f32(const json& c, const std::string& name) const {
-    const auto& t = c.at("tensors").at(name);
-    std::ifstream f(dir / t.at("file").get<std::string>(), std::ios::binary);
-    std::vector<char> bytes((std::istreambuf_iterator<char>(f)), {});
-    std::vector<float> out(bytes.size() / sizeof(float));
-    std::memcpy(out.data(), bytes.data(), out.size() * sizeof(float));
-    return out;
-  }
-};
-
-Fixtures& fixtures(int threads) {
-  static std::map<int, std::unique_ptr<Fixtures>> cache;
-  auto& p = cache[threads];
-  if (!p) p = std::make_unique<Fixtures>(threads);
-  return *p;
-}
-
-int64_t ordered(float x) {
-  int32_t i;
-  std::memcpy(&i, &x, 4);
-  return i < 0 ? -static_cast<int64_t>(i & 0x7fffffff) : static_cast<int64_t>(i);
-}
-
-// Bit equality; on failure, the count of differing elements, the max ULP distance and the
-// first difference.
-::testing::AssertionResult bits_equal(const std::vector<float>& got,
-                                      const std::vector<float>& want) {
-  if (got.size() != want.size())
-    return ::testing::AssertionFailure() << "size " << got.size() << " vs " << want.size();
-  if (std::memcmp(got.data(), want.data(), got.size() * sizeof(float)) == 0)
-    return ::testing::AssertionSuccess();
-  size_t ndiff = 0, first = got.size();
-  int64_t max_ulp = 0;
-  for (size_t i = 0; i < got.size(); ++i) {
-    if (std::memcmp(&got[i], &want[i], 4) == 0) continue;
-    if (first == got.size()) first = i;
-    ++ndiff;
-    const int64_t d = ordered(got[i]) - ordered(want[i]);
-    max_ulp = std::max<int64_t>(max_ulp, d < 0 ? -d : d);
-  }
-  std::ostringstream os;
-  os.precision(9);
-  os << ndiff << "/" << got.size() << " elements differ, max ULP " << max_ulp << ", first at "
-     << first << ": got " << got[first] << " want " << want[first];
-  return ::testing::AssertionFailure() << os.str();
-}
+Fixtures& fixtures(int threads) { return forge_test::torch_fixtures("torch_cpu_llama_fixtures.py", threads); }
 
 class TorchCpuLlamaOps : public ::testing::TestWithParam<int> {
  protected:
