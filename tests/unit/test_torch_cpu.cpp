@@ -37,10 +37,10 @@ using nlohmann::json;
 
 namespace {
 
-using forge_test::bits_equal;
-using Fixtures = forge_test::TorchFixtures;
-
-Fixtures& fixtures(int threads) { return forge_test::torch_fixtures("torch_cpu_fixtures.py", threads); }
+struct Script {
+  static constexpr const char* name = "torch_cpu_fixtures.py";
+};
+using TorchCpuOps = forge_test::TorchCpuFixtureTest<Script>;
 
 // "s1_g3"-style fixture names (idx < 0: no trailing number).
 std::string key(const char* a, int x, const char* b, int idx) {
@@ -49,37 +49,6 @@ std::string key(const char* a, int x, const char* b, int idx) {
   if (idx >= 0) os << idx;
   return os.str();
 }
-
-class TorchCpuOps : public ::testing::TestWithParam<int> {
- protected:
-  void SetUp() override {
-    threads_ = GetParam();
-    fx_ = &fixtures(threads_);
-    ASSERT_TRUE(fx_->error.empty()) << fx_->error;
-    ASSERT_EQ(fx_->index.at("torch").get<std::string>().rfind("1.13", 0), 0u);
-    saved_threads_ = omp_get_max_threads();
-    omp_set_num_threads(threads_);
-    forge::tcpu::set_blas_threads(threads_);
-  }
-  void TearDown() override {
-    omp_set_num_threads(saved_threads_);
-    forge::tcpu::set_blas_threads(saved_threads_);
-  }
-
-  std::vector<json> cases(const std::string& op) const {
-    std::vector<json> out;
-    for (const auto& c : fx_->index.at("cases"))
-      if (c.at("op") == op) out.push_back(c);
-    EXPECT_FALSE(out.empty()) << "no fixtures for " << op;
-    return out;
-  }
-
-  int threads_ = 1, saved_threads_ = 1;
-  Fixtures* fx_ = nullptr;
-};
-
-#define EXPECT_BITS(got, want, what) \
-  EXPECT_TRUE(bits_equal(got, want)) << c.at("name").get<std::string>() << " " << what
 
 TEST_P(TorchCpuOps, Linear) {
   for (const auto& c : cases("linear")) {

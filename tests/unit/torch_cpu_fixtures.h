@@ -6,6 +6,7 @@
 #pragma once
 
 #include <gtest/gtest.h>
+#include <omp.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -20,6 +21,8 @@
 #include <sstream>
 #include <string>
 #include <vector>
+
+#include "forge/kernels/cpu/torch_cpu_linear.h"
 
 namespace forge_test {
 
@@ -114,4 +117,40 @@ inline ::testing::AssertionResult bits_equal(const std::vector<float>& got,
   return ::testing::AssertionFailure() << os.str();
 }
 
+// A test over one fixture script, run once per thread count (the test parameter), with
+// OpenMP and OpenBLAS pinned to it. Script: a type with `static constexpr const char* name`.
+template <typename Script>
+class TorchCpuFixtureTest : public ::testing::TestWithParam<int> {
+ protected:
+  void SetUp() override {
+    threads_ = GetParam();
+    fx_ = &torch_fixtures(Script::name, threads_);
+    ASSERT_TRUE(fx_->error.empty()) << fx_->error;
+    ASSERT_EQ(fx_->index.at("torch").template get<std::string>().rfind("1.13", 0), 0u);
+    saved_threads_ = omp_get_max_threads();
+    omp_set_num_threads(threads_);
+    forge::tcpu::set_blas_threads(threads_);
+  }
+  void TearDown() override {
+    omp_set_num_threads(saved_threads_);
+    forge::tcpu::set_blas_threads(saved_threads_);
+  }
+
+  // The script's cases for one op; none is a failure (a fixture script that lost an op).
+  std::vector<nlohmann::json> cases(const std::string& op) const {
+    std::vector<nlohmann::json> out;
+    for (const auto& c : fx_->index.at("cases"))
+      if (c.at("op") == op) out.push_back(c);
+    EXPECT_FALSE(out.empty()) << "no fixtures for " << op;
+    return out;
+  }
+
+  int threads_ = 1, saved_threads_ = 1;
+  TorchFixtures* fx_ = nullptr;
+};
+
 }  // namespace forge_test
+
+// Inside a loop over cases `c`: bit equality, naming the case and the tensor on failure.
+#define EXPECT_BITS(got, want, what) \
+  EXPECT_TRUE(forge_test::bits_equal(got, want)) << c.at("name").get<std::string>() << " " << what
