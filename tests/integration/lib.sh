@@ -112,3 +112,29 @@ llama_gate() {
   "$VPY" -m forge_ref.compare eng ref --gate "$gate" --profile fast --required TOLERANCE --md report.md \
     || { sed -n 1,12p report.md >&2; fail "llama $gate gate (fast) below TOLERANCE"; }
 }
+
+# verify_gate GATE PROFILE CONFIG RUNGS [FILES...]: `forge verify` exits 0, its last line
+# names one of RUNGS (a regular expression), and its --out folder holds the two reports with
+# their run section (and FILES). Prints the verdict, the worst tensor and, for the long runs,
+# the convergence and speed lines.
+verify_gate() {
+  local gate=$1 profile=$2 cfg=$3 rungs=$4 t0=$SECONDS rc last f
+  shift 4
+  local out="v-$gate-$profile-${cfg%.json}"
+  set +e
+  "$FORGE" verify --gate "$gate" --profile "$profile" --config "$cfg" --source-dir "$SRC" \
+    --out "$out" >"$out.out" 2>"$out.err"
+  rc=$?
+  set -e
+  last=$(tail -n 1 "$out.out")
+  if [ $rc -ne 0 ] || ! [[ "$last" =~ ^gate\ $gate\ profile\ $profile:\ ($rungs)$ ]]; then
+    cat "$out.out" "$out.err" >&2
+    fail "$gate ($profile) on $cfg: exit $rc, last line '$last', expected one of $rungs"
+  fi
+  for f in report.md report.json "$@"; do
+    [ -s "$out/$f" ] || fail "$gate ($profile) on $cfg: $out/$f was not written"
+  done
+  grep -q "^- run time" "$out/report.md" || fail "$gate ($profile): $out/report.md lacks the run section"
+  echo "ok: $last on $cfg ($((SECONDS - t0)) s); $(grep -m1 '^worst tensor' "$out.out")"
+  grep -E '^- (convergence|speed)' "$out/report.md" || true
+}

@@ -15,26 +15,8 @@ make_config cfg.json "$SRC/configs/ci-bf16.json" data.train='"data/train.bin"' \
 make_config llama.json "$SRC/configs/llama-tiny.json" data.train='"data/train.bin"' \
   data.val='"data/val.bin"' train.batch_size=8 train.lr=1e-3 train.min_lr=1e-4
 
-# bf16_gate GATE CONFIG RUNG
-bf16_gate() {
-  local gate=$1 cfg=$2 want=$3 out="v-$1-${2%.json}"
-  set +e
-  "$FORGE" verify --gate "$gate" --profile bf16 --config "$cfg" --source-dir "$SRC" \
-    --out "$out" >"$out.out" 2>"$out.err"
-  local rc=$?
-  set -e
-  local last
-  last=$(tail -n 1 "$out.out")
-  [ $rc -eq 0 ] || { cat "$out.out" "$out.err" >&2; fail "bf16 $gate gate on $cfg exited with $rc"; }
-  [ "$last" = "gate $gate profile bf16: $want" ] ||
-    { cat "$out.out" >&2; fail "$cfg: last line '$last', expected '$want'"; }
-  grep -m1 '^- convergence' "$out/report.md" || true
-  grep -m1 '^- speed' "$out/report.md" || true
-  echo "ok: $cfg: $last"
-}
-
-bf16_gate long-horizon cfg.json CONVERGENT
-bf16_gate perf cfg.json SURPASS
-bf16_gate alignment llama.json TOLERANCE
-bf16_gate multistep llama.json TOLERANCE
-bf16_gate perf llama.json SURPASS
+verify_gate long-horizon bf16 cfg.json CONVERGENT
+verify_gate perf bf16 cfg.json SURPASS
+verify_gate alignment bf16 llama.json TOLERANCE
+verify_gate multistep bf16 llama.json TOLERANCE
+verify_gate perf bf16 llama.json SURPASS

@@ -20,37 +20,9 @@ expect_error "verify with a reference interpreter that lacks torch" "cannot impo
   "$FORGE" verify --gate alignment --profile fast --config tiny.json --source-dir "$SRC" \
   --python "$WORK/python-without-torch" --out v-notorch
 
-# run_gate GATE CONFIG RUNGS [FILES...]: the gate passes, its last line names one of RUNGS
-# (a regex), and it leaves its reports (and FILES) in its --out folder.
-run_gate() {
-  local gate=$1 cfg=$2 rungs=$3
-  shift 3
-  local t0=$SECONDS rc
-  set +e
-  "$FORGE" verify --gate "$gate" --profile fast --config "$cfg" --source-dir "$SRC" \
-    --out "v-$gate" >"$gate.out" 2>"$gate.err"
-  rc=$?
-  set -e
-  local last
-  last=$(tail -n 1 "$gate.out")
-  if [ $rc -ne 0 ]; then
-    cat "$gate.out" "$gate.err" >&2
-    fail "$gate: forge verify exited with $rc"
-  fi
-  [[ "$last" =~ ^gate\ $gate\ profile\ fast:\ ($rungs)$ ]] ||
-    { cat "$gate.out" >&2; fail "$gate: last line '$last', expected 'gate $gate profile fast: $rungs'"; }
-  for f in report.md report.json "$@"; do
-    [ -s "v-$gate/$f" ] || fail "$gate: v-$gate/$f was not written"
-  done
-  grep -q "^- run time" "v-$gate/report.md" || fail "$gate: report.md lacks the run section"
-  echo "ok: $last ($((SECONDS - t0)) s); $(grep -m1 '^worst tensor' "$gate.out")"
-  grep -m1 '^- convergence' "v-$gate/report.md" || true
-  grep -m1 '^- speed' "v-$gate/report.md" || true
-}
-
-run_gate alignment tiny.json 'TOLERANCE|BITWISE'
-run_gate multistep tiny.json 'TOLERANCE|BITWISE' loss.png
-run_gate resume tiny.json 'BITWISE'
-run_gate long-horizon ci.json 'CONVERGENT|TOLERANCE|BITWISE' loss.png
-run_gate dp tiny.json 'TOLERANCE|BITWISE'
-run_gate perf ci.json 'SURPASS' loss.png
+verify_gate alignment fast tiny.json 'TOLERANCE|BITWISE'
+verify_gate multistep fast tiny.json 'TOLERANCE|BITWISE' loss.png
+verify_gate resume fast tiny.json 'BITWISE'
+verify_gate long-horizon fast ci.json 'CONVERGENT|TOLERANCE|BITWISE' loss.png
+verify_gate dp fast tiny.json 'TOLERANCE|BITWISE'
+verify_gate perf fast ci.json 'SURPASS' loss.png

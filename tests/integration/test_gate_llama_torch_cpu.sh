@@ -7,22 +7,7 @@ prepare_corpus
 make_config llama-tiny.json "$SRC/configs/llama-tiny.json" \
   data.train='"data/train.bin"' data.val='"data/val.bin"'
 
-run_gate() {
-  local gate=$1 cfg=$2 t0=$SECONDS rc last
-  set +e
-  "$FORGE" verify --gate "$gate" --profile torch-cpu --config "$cfg" --source-dir "$SRC" \
-    --out "v-$gate-${cfg%.json}" >"$gate.out" 2>"$gate.err"
-  rc=$?
-  set -e
-  last=$(tail -n 1 "$gate.out")
-  if [ $rc -ne 0 ] || [ "$last" != "gate $gate profile torch-cpu: BITWISE" ]; then
-    cat "$gate.out" "$gate.err" >&2
-    fail "$gate on $cfg: exit $rc, last line '$last', expected BITWISE"
-  fi
-  echo "ok: $last on $cfg ($((SECONDS - t0)) s)"
-}
-
-run_gate alignment llama-tiny.json
-run_gate multistep llama-tiny.json
-run_gate resume llama-tiny.json
-run_gate long-horizon llama-tiny.json
+verify_gate alignment torch-cpu llama-tiny.json BITWISE
+verify_gate multistep torch-cpu llama-tiny.json BITWISE
+verify_gate resume torch-cpu llama-tiny.json BITWISE
+verify_gate long-horizon torch-cpu llama-tiny.json BITWISE
