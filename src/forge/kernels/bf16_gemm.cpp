@@ -17,6 +17,7 @@
 #include "forge/core/error.h"
 #include "forge/kernels/cpu/dispatch.h"
 #include "forge/kernels/gemm.h"
+#include "forge/kernels/linear.h"
 
 namespace forge::kernels {
 
@@ -205,7 +206,7 @@ void bf16_linear_forward(float* out, const float* inp, const float* weight, cons
     to_bf16(wb, weight, oc * ic);
     float beta = 0.0f;
     if (bias) {
-      for (size_t r = 0; r < n; ++r) std::copy(bias, bias + oc, out + r * oc);
+      fill_rows_with_bias(out, bias, N, OC);
       beta = 1.0f;
     }
     gemm_bf16(false, true, N, OC, IC, xb, IC, wb, IC, beta, out, OC);
@@ -217,7 +218,7 @@ void bf16_linear_forward(float* out, const float* inp, const float* weight, cons
   round_bf16(wb, weight, oc * ic);
   float beta = 0.0f;
   if (bias) {
-    for (size_t r = 0; r < n; ++r) std::copy(bias, bias + oc, out + r * oc);
+    fill_rows_with_bias(out, bias, N, OC);
     beta = 1.0f;
   }
   gemm(false, true, N, OC, IC, xb, IC, wb, IC, beta, out, OC);
@@ -245,20 +246,14 @@ void bf16_linear_backward(float* dinp, float* dweight, float* dbias, const float
     float* wb = xb + n * ic;
     round_bf16(gb, dout, n * oc);
     if (dinp) {
-    round_bf16(wb, weight, oc * ic);
+      round_bf16(wb, weight, oc * ic);
       gemm(false, false, N, IC, OC, gb, OC, wb, IC, 0.0f, dinp, IC);  // dout @ W
     }
     round_bf16(xb, inp, n * ic);
     gemm(true, false, OC, IC, N, gb, OC, xb, IC, 0.0f, dweight, IC);  // dout^T @ inp
   }
   // The bias gradient sums the unrounded fp32 gradient: it is no matmul operand.
-  if (dbias) {
-    std::fill(dbias, dbias + oc, 0.0f);
-    for (size_t r = 0; r < n; ++r) {
-      const float* g = dout + r * oc;
-      for (size_t o = 0; o < oc; ++o) dbias[o] += g[o];
-    }
-  }
+  if (dbias) bias_gradient(dbias, dout, N, OC);
 }
 
 }  // namespace cpu

@@ -65,11 +65,31 @@ void linear_forward(float* out, const float* inp, const float* weight, const flo
   float beta = 0.0f;
   if (bias) {
     // Start from the bias and let the GEMM accumulate onto it (beta = 1): one pass over out.
-#pragma omp parallel for schedule(static)
-    for (int n = 0; n < N; ++n) std::copy(bias, bias + OC, out + static_cast<size_t>(n) * OC);
+    fill_rows_with_bias(out, bias, N, OC);
     beta = 1.0f;
   }
   gemm(false, true, N, OC, IC, inp, IC, weight, IC, beta, out, OC);
+}
+
+void fill_rows_with_bias(float* out, const float* bias, int N, int OC) {
+#pragma omp parallel for schedule(static)
+  for (int n = 0; n < N; ++n) std::copy(bias, bias + OC, out + static_cast<size_t>(n) * OC);
+}
+
+void bias_gradient(float* dbias, const float* dout, int N, int OC) {
+  // Column sums: threads split the columns so each sum keeps a fixed row order.
+  constexpr int kChunk = 64;
+  const int chunks = (OC + kChunk - 1) / kChunk;
+#pragma omp parallel for schedule(static)
+  for (int chunk = 0; chunk < chunks; ++chunk) {
+    const int o0 = chunk * kChunk, o1 = std::min(OC, o0 + kChunk);
+    float acc[kChunk] = {};
+    for (int n = 0; n < N; ++n) {
+      const float* d = dout + static_cast<size_t>(n) * OC;
+      for (int o = o0; o < o1; ++o) acc[o - o0] += d[o];
+    }
+    for (int o = o0; o < o1; ++o) dbias[o] = acc[o - o0];
+  }
 }
 
 void linear_backward(float* dinp, float* dweight, float* dbias, const float* dout,
@@ -77,21 +97,7 @@ void linear_backward(float* dinp, float* dweight, float* dbias, const float* dou
   if (dinp)
     gemm(false, false, N, IC, OC, dout, OC, weight, IC, 0.0f, dinp, IC);
   gemm(true, false, OC, IC, N, dout, OC, inp, IC, 0.0f, dweight, IC);
-  if (dbias) {
-    // Column sums: threads split the columns so each sum keeps a fixed row order.
-    constexpr int kChunk = 64;
-    const int chunks = (OC + kChunk - 1) / kChunk;
-#pragma omp parallel for schedule(static)
-    for (int chunk = 0; chunk < chunks; ++chunk) {
-      const int o0 = chunk * kChunk, o1 = std::min(OC, o0 + kChunk);
-      float acc[kChunk] = {};
-      for (int n = 0; n < N; ++n) {
-        const float* d = dout + static_cast<size_t>(n) * OC;
-        for (int o = o0; o < o1; ++o) acc[o - o0] += d[o];
-      }
-      for (int o = o0; o < o1; ++o) dbias[o] = acc[o - o0];
-    }
-  }
+  if (dbias) bias_gradient(dbias, dout, N, OC);
 }
 
 }  // namespace cpu

@@ -21,6 +21,11 @@ void linear_forward(float* out, const float* inp, const float* weight, const flo
                     int IC, int OC);
 void linear_backward(float* dinp, float* dweight, float* dbias, const float* dout,
                      const float* inp, const float* weight, int N, int IC, int OC);
+// The two bias passes, shared with the bf16 linear kernels: every row of out[N, OC] set to
+// bias (the GEMM then accumulates onto it), and dbias[o] = sum over rows of dout[n, o], each
+// column summed in row order whatever the thread count.
+void fill_rows_with_bias(float* out, const float* bias, int N, int OC);
+void bias_gradient(float* dbias, const float* dout, int N, int OC);
 }  // namespace cpu
 
 }  // namespace forge::kernels
