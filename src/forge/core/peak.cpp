@@ -3,6 +3,7 @@
 #include <immintrin.h>
 #include <omp.h>
 
+#include <algorithm>
 #include <chrono>
 
 namespace forge {
@@ -83,13 +84,21 @@ double measure(Kernel kernel, double flops_per_iter_per_thread, int threads, dou
 }  // namespace
 
 Peak measure_peak(int threads, double seconds) {
+  // A peak is the best the cores do: on a shared host one window can lose its time slices
+  // (this project's machines have measured 222 GFLOP/s in one run and 447 in the next), so
+  // the window is split into kTrials and the fastest trial counts.
+  constexpr int kTrials = 5;
   Peak p;
   p.threads = threads;
-  p.fp32_flops = measure(fma_kernel, 12.0 * kLanes * 2, threads, seconds);
+  for (int t = 0; t < kTrials; ++t) {
+    p.fp32_flops =
+        std::max(p.fp32_flops, measure(fma_kernel, 12.0 * kLanes * 2, threads, seconds / kTrials));
 #if defined(__AVX512BF16__)
-  // vdpbf16ps: 16 lanes x 2 products x (multiply + add)
-  p.bf16_flops = measure(bf16_kernel, 12.0 * 16 * 4, threads, seconds);
+    // vdpbf16ps: 16 lanes x 2 products x (multiply + add)
+    p.bf16_flops =
+        std::max(p.bf16_flops, measure(bf16_kernel, 12.0 * 16 * 4, threads, seconds / kTrials));
 #endif
+  }
   return p;
 }
 
