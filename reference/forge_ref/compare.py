@@ -102,40 +102,23 @@ class Run:
                 self.load_step(s)
 
 
-def read_log(path):
+def read_log(path, field="loss"):
+    """{step: value of `field`} from a JSONL step log (docs/formats.md, "Step logs")."""
     out = {}
     with open(path, "r", encoding="utf-8") as f:
-        for lineno, line in enumerate(f, 1):
-            line = line.strip()
-            if not line.startswith("{"):
-                continue  # tolerate stray non-JSON output mixed into a captured stdout
-            try:
-                rec = json.loads(line)
-            except json.JSONDecodeError:
-                raise RefError(f"{path}:{lineno}: invalid JSON line") from None
-            if isinstance(rec, dict) and "step" in rec and "loss" in rec:
-                out[int(rec["step"])] = float(rec["loss"])
+        lines = f.readlines()
+    for lineno, line in enumerate(lines, 1):
+        line = line.strip()
+        if not line.startswith("{"):
+            continue  # tolerate stray non-JSON output mixed into a captured stdout
+        try:
+            rec = json.loads(line)
+        except json.JSONDecodeError:
+            raise RefError(f"{path}:{lineno}: invalid JSON line") from None
+        if isinstance(rec, dict) and "step" in rec and field in rec:
+            out[int(rec["step"])] = float(rec[field])
     if not out:
-        raise RefError(f"{path}: no step lines with 'step' and 'loss'")
-    return out
-
-
-def read_step_ms(path, what):
-    """{step: milliseconds} from a JSONL step log whose lines carry "ms" (both sides write it)."""
-    out = {}
-    try:
-        with open(path, "r", encoding="utf-8") as f:
-            for line in f:
-                line = line.strip()
-                if not line.startswith("{"):
-                    continue
-                rec = json.loads(line)
-                if isinstance(rec, dict) and "step" in rec and "ms" in rec:
-                    out[int(rec["step"])] = float(rec["ms"])
-    except (OSError, ValueError) as e:
-        raise RefError(f"{what} {path}: {e}") from None
-    if not out:
-        raise RefError(f"{what} {path}: no step lines with 'step' and 'ms'")
+        raise RefError(f"{path}: no step lines with 'step' and '{field}'")
     return out
 
 
@@ -585,8 +568,7 @@ def main(argv=None):
     if args.gate == "perf":
         if not (args.engine.endswith(".jsonl") and args.ref.endswith(".jsonl")):
             raise RefError("--gate perf compares two JSONL step logs (with 'ms'), not dumps")
-        speed = check_speed(read_step_ms(args.engine, "engine log"),
-                            read_step_ms(args.ref, "reference log"))
+        speed = check_speed(read_log(args.engine, "ms"), read_log(args.ref, "ms"))
     rep = run_gate(engine, ref, args.gate, args.profile, args.required, convergence=conv,
                    val_e=read_val(args.engine_val, "--engine-val"), val_r=read_val(args.ref_val, "--ref-val"), exclude=args.exclude,
                    exempt_k_bias=args.exempt_k_bias, speed=speed)

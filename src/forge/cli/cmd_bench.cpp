@@ -120,10 +120,9 @@ void run_bench(const BenchOptions& o) {
 
   fmt::print(stderr, "bench: measuring the machine's peak with {} threads\n", nthreads);
   const Peak peak = measure_peak(nthreads, 0.5);
-  // The tuned PyTorch settings of BENCHMARKS.md.
-  const std::string env = fmt::format(
-      "OMP_NUM_THREADS={0} MALLOC_MMAP_THRESHOLD_=33554432 MALLOC_TRIM_THRESHOLD_=17179869184 "
-      "MALLOC_TOP_PAD_=1073741824 PYTHONPATH={1}/reference", nthreads, root.string());
+  std::string env = fmt::format("OMP_NUM_THREADS={} PYTHONPATH={}/reference", nthreads,
+                                root.string());
+  for (const auto& [name, value] : torch_malloc_tuning()) env += fmt::format(" {}={}", name, value);
   const std::string common = fmt::format("--config {} --warmup {} --steps {} --threads {}",
                                          o.config, o.warmup, o.steps, nthreads);
 

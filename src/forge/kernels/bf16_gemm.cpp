@@ -195,63 +195,84 @@ void gemm_bf16(bool, bool, int, int, int, const uint16_t*, int, const uint16_t*,
 
 #endif
 
-void bf16_linear_forward(float* out, const float* inp, const float* weight, const float* bias,
-                         int N, int IC, int OC, float* scratch) {
+namespace {
+
+// The two ways to multiply bf16 operands, behind one interface so that the linear layer is
+// written once: packed bf16 into oneDNN's bf16 matmul where the CPU has bf16 dot products,
+// else bf16-rounded values left in fp32 into the fp32 GEMM (the same products, see the header).
+struct NativeBf16 {
+  using Operand = uint16_t;
+  static void convert(Operand* out, const float* in, size_t n) { to_bf16(out, in, n); }
+  static void multiply(bool ta, bool tb, int M, int N, int K, const Operand* A, int lda,
+                       const Operand* B, int ldb, float beta, float* C, int ldc) {
+    gemm_bf16(ta, tb, M, N, K, A, lda, B, ldb, beta, C, ldc);
+  }
+};
+
+struct RoundedFp32 {
+  using Operand = float;
+  static void convert(Operand* out, const float* in, size_t n) { round_bf16(out, in, n); }
+  static void multiply(bool ta, bool tb, int M, int N, int K, const Operand* A, int lda,
+                       const Operand* B, int ldb, float beta, float* C, int ldc) {
+    gemm(ta, tb, M, N, K, A, lda, B, ldb, beta, C, ldc);
+  }
+};
+
+// scratch holds the converted operands; bf16_linear_scratch_floats counts fp32 slots, which
+// hold the packed form too.
+template <typename Path>
+void forward_on(float* out, const float* inp, const float* weight, const float* bias, int N,
+                int IC, int OC, float* scratch) {
+  using T = typename Path::Operand;
   const size_t n = static_cast<size_t>(N), ic = static_cast<size_t>(IC),
                oc = static_cast<size_t>(OC);
-  if (native_bf16_available()) {
-    uint16_t* xb = reinterpret_cast<uint16_t*>(scratch);
-    uint16_t* wb = xb + n * ic;
-    to_bf16(xb, inp, n * ic);
-    to_bf16(wb, weight, oc * ic);
-    float beta = 0.0f;
-    if (bias) {
-      fill_rows_with_bias(out, bias, N, OC);
-      beta = 1.0f;
-    }
-    gemm_bf16(false, true, N, OC, IC, xb, IC, wb, IC, beta, out, OC);
-    return;
-  }
-  float* xb = scratch;
-  float* wb = scratch + n * ic;
-  round_bf16(xb, inp, n * ic);
-  round_bf16(wb, weight, oc * ic);
+  T* xb = reinterpret_cast<T*>(scratch);
+  T* wb = xb + n * ic;
+  Path::convert(xb, inp, n * ic);
+  Path::convert(wb, weight, oc * ic);
   float beta = 0.0f;
   if (bias) {
     fill_rows_with_bias(out, bias, N, OC);
     beta = 1.0f;
   }
-  gemm(false, true, N, OC, IC, xb, IC, wb, IC, beta, out, OC);
+  Path::multiply(false, true, N, OC, IC, xb, IC, wb, IC, beta, out, OC);
+}
+
+template <typename Path>
+void backward_on(float* dinp, float* dweight, const float* dout, const float* inp,
+                 const float* weight, int N, int IC, int OC, float* scratch) {
+  using T = typename Path::Operand;
+  const size_t n = static_cast<size_t>(N), ic = static_cast<size_t>(IC),
+               oc = static_cast<size_t>(OC);
+  T* gb = reinterpret_cast<T*>(scratch);
+  T* xb = gb + n * oc;
+  T* wb = xb + n * ic;
+  Path::convert(gb, dout, n * oc);
+  if (dinp) {
+    Path::convert(wb, weight, oc * ic);
+    Path::multiply(false, false, N, IC, OC, gb, OC, wb, IC, 0.0f, dinp, IC);  // dout @ W
+  }
+  Path::convert(xb, inp, n * ic);
+  Path::multiply(true, false, OC, IC, N, gb, OC, xb, IC, 0.0f, dweight, IC);  // dout^T @ inp
+}
+
+}  // namespace
+
+void bf16_linear_forward(float* out, const float* inp, const float* weight, const float* bias,
+                         int N, int IC, int OC, float* scratch) {
+  if (native_bf16_available())
+    forward_on<NativeBf16>(out, inp, weight, bias, N, IC, OC, scratch);
+  else
+    forward_on<RoundedFp32>(out, inp, weight, bias, N, IC, OC, scratch);
 }
 
 void bf16_linear_backward(float* dinp, float* dweight, float* dbias, const float* dout,
                           const float* inp, const float* weight, int N, int IC, int OC,
                           float* scratch) {
-  const size_t n = static_cast<size_t>(N), ic = static_cast<size_t>(IC),
-               oc = static_cast<size_t>(OC);
-  if (native_bf16_available()) {
-    uint16_t* gb = reinterpret_cast<uint16_t*>(scratch);
-    uint16_t* xb = gb + n * oc;
-    uint16_t* wb = xb + n * ic;
-    to_bf16(gb, dout, n * oc);
-    if (dinp) {
-      to_bf16(wb, weight, oc * ic);
-      gemm_bf16(false, false, N, IC, OC, gb, OC, wb, IC, 0.0f, dinp, IC);  // dout @ W
-    }
-    to_bf16(xb, inp, n * ic);
-    gemm_bf16(true, false, OC, IC, N, gb, OC, xb, IC, 0.0f, dweight, IC);  // dout^T @ inp
-  } else {
-    float* gb = scratch;
-    float* xb = gb + n * oc;
-    float* wb = xb + n * ic;
-    round_bf16(gb, dout, n * oc);
-    if (dinp) {
-      round_bf16(wb, weight, oc * ic);
-      gemm(false, false, N, IC, OC, gb, OC, wb, IC, 0.0f, dinp, IC);  // dout @ W
-    }
-    round_bf16(xb, inp, n * ic);
-    gemm(true, false, OC, IC, N, gb, OC, xb, IC, 0.0f, dweight, IC);  // dout^T @ inp
-  }
+  if (native_bf16_available())
+    backward_on<NativeBf16>(dinp, dweight, dout, inp, weight, N, IC, OC, scratch);
+  else
+    backward_on<RoundedFp32>(dinp, dweight, dout, inp, weight, N, IC, OC, scratch);
   // The bias gradient sums the unrounded fp32 gradient: it is no matmul operand.
   if (dbias) bias_gradient(dbias, dout, N, OC);
 }

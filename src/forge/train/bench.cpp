@@ -60,4 +60,12 @@ EngineTiming time_engine_steps(const Config& cfg, const std::string& profile, in
   return out;
 }
 
+const std::map<std::string, std::string>& torch_malloc_tuning() {
+  static const std::map<std::string, std::string> env = {
+      {"MALLOC_MMAP_THRESHOLD_", "33554432"},
+      {"MALLOC_TRIM_THRESHOLD_", "17179869184"},
+      {"MALLOC_TOP_PAD_", "1073741824"}};
+  return env;
+}
+
 }  // namespace forge

@@ -22,4 +22,9 @@ EngineTiming time_engine_steps(const Config& config, const std::string& profile,
                                int steps, bool breakdown);
 size_t peak_rss_bytes();  // of this process so far
 
+// BENCHMARKS.md's tuned settings for the PyTorch side (glibc malloc keeps large activations
+// instead of returning them to the kernel every step): the environment of `forge bench`'s
+// reference processes and of the perf gate's reference run.
+const std::map<std::string, std::string>& torch_malloc_tuning();
+
 }  // namespace forge

@@ -16,6 +16,7 @@
 #include "forge/core/error.h"
 #include "forge/io/atomic_file.h"
 #include "forge/io/config.h"
+#include "forge/train/bench.h"
 #include "forge/verify/process.h"
 
 namespace fs = std::filesystem;
@@ -402,9 +403,7 @@ int run_verify(const VerifyOptions& o) {
     if (perf) {
       // The peer is PyTorch at its best (BENCHMARKS.md): glibc malloc tuned so that large
       // activations are not returned to the kernel every step; for bf16, CPU autocast.
-      ref_env.insert({{"MALLOC_MMAP_THRESHOLD_", "33554432"},
-                      {"MALLOC_TRIM_THRESHOLD_", "17179869184"},
-                      {"MALLOC_TOP_PAD_", "1073741824"}});
+      ref_env.insert(torch_malloc_tuning().begin(), torch_malloc_tuning().end());
       if (profile == "bf16") ref = with(ref, {"--autocast", "bf16"});
     }
     r.run(fmt::format("engine trains {} steps", steps), "engine.log", eng);
