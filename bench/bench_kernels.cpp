@@ -11,9 +11,6 @@
 
 #include <cmath>
 #include <cstring>
-#ifdef FORGE_HAVE_DNNL
-#include <dnnl.hpp>
-#endif
 #include <random>
 #include <string>
 #include <vector>
@@ -105,34 +102,8 @@ void BM_GemmOpenBLAS(benchmark::State& state, LinearShape s, Pass p) {
   set_gemm_counters(state, g);
 }
 
-#ifdef FORGE_HAVE_DNNL
-void BM_GemmOneDNN(benchmark::State& state, LinearShape s, Pass p) {
-  using dnnl::memory;
-  LinearBuffers buf(s);
-  const GemmProblem g = buf.problem(s, p);
-  dnnl::engine eng(dnnl::engine::kind::cpu, 0);
-  dnnl::stream strm(eng);
-  // Transposes are expressed as strides of the logical [M,K] / [K,N] operands.
-  const memory::dims a_strides = g.transA ? memory::dims{1, g.lda} : memory::dims{g.lda, 1};
-  const memory::dims b_strides = g.transB ? memory::dims{1, g.ldb} : memory::dims{g.ldb, 1};
-  memory::desc a_md({g.M, g.K}, memory::data_type::f32, a_strides);
-  memory::desc b_md({g.K, g.N}, memory::data_type::f32, b_strides);
-  memory::desc c_md({g.M, g.N}, memory::data_type::f32, memory::dims{g.N, 1});
-  dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(a_md, b_md, c_md), eng);  // oneDNN 2.x API
-  dnnl::matmul prim(pd);
-  memory a_mem(a_md, eng, const_cast<float*>(g.A)), b_mem(b_md, eng, const_cast<float*>(g.B)),
-      c_mem(c_md, eng, g.C);
-  for (auto _ : state) {
-    prim.execute(strm, {{DNNL_ARG_SRC, a_mem}, {DNNL_ARG_WEIGHTS, b_mem}, {DNNL_ARG_DST, c_mem}});
-    strm.wait();
-    benchmark::ClobberMemory();
-  }
-  set_gemm_counters(state, g);
-}
-#endif  // FORGE_HAVE_DNNL
-
-// Through forge's own dispatcher: kForge is forge's packed kernel, kOneDNN is dnnl_sgemm
-// (the BLAS-like entry point the engine calls, as opposed to the matmul primitive above).
+// Through forge's own dispatcher: kForge is forge's packed kernel, kOneDNN is dnnl_sgemm (the
+// BLAS-like entry point), kOneDnnMatmul oneDNN's matmul primitive (kernels/cpu/onednn_matmul.h).
 void BM_GemmVia(benchmark::State& state, LinearShape s, Pass p, cpu::GemmBackend backend) {
   LinearBuffers buf(s);
   const GemmProblem g = buf.problem(s, p);
@@ -350,10 +321,11 @@ void register_all() {
           ->Unit(benchmark::kMicrosecond)
           ->UseRealTime();
 #ifdef FORGE_HAVE_DNNL
-      benchmark::RegisterBenchmark(("gemm/onednn/" + suffix).c_str(), BM_GemmOneDNN, s, p)
+      benchmark::RegisterBenchmark(("gemm/onednn_matmul/" + suffix).c_str(), BM_GemmVia, s, p,
+                                   cpu::GemmBackend::kOneDnnMatmul)
           ->Unit(benchmark::kMicrosecond)
           ->UseRealTime();
-      benchmark::RegisterBenchmark(("gemm/onednn_sgemm/" + suffix).c_str(), BM_GemmVia, s, p,
+      benchmark::RegisterBenchmark(("gemm/onednn/" + suffix).c_str(), BM_GemmVia, s, p,
                                    cpu::GemmBackend::kOneDNN)
           ->Unit(benchmark::kMicrosecond)
           ->UseRealTime();
@@ -364,7 +336,8 @@ void register_all() {
           ->UseRealTime();
     }
   for (cpu::GemmBackend b :
-       {cpu::GemmBackend::kOpenBLAS, cpu::GemmBackend::kOneDNN, cpu::GemmBackend::kForge})
+       {cpu::GemmBackend::kOpenBLAS, cpu::GemmBackend::kOneDNN, cpu::GemmBackend::kOneDnnMatmul,
+        cpu::GemmBackend::kForge})
     if (cpu::gemm_backend_available(b))
       benchmark::RegisterBenchmark(
           (std::string("mlp_fwd_sequence/") + cpu::gemm_backend_name(b) + "/small").c_str(),

@@ -194,6 +194,7 @@ TEST(Kernels, GemmBackendsMatchFloat64) {
   using forge::kernels::cpu::GemmBackend;
   check_gemm_backend(GemmBackend::kOpenBLAS);
   check_gemm_backend(GemmBackend::kOneDNN);
+  check_gemm_backend(GemmBackend::kOneDnnMatmul);
   for_each_isa([] { check_gemm_backend(GemmBackend::kForge); });
 }
 

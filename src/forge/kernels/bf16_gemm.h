@@ -64,7 +64,7 @@ void to_bf16(uint16_t* out, const float* in, size_t n);
 bool native_bf16_available();
 
 // C[M,N] = op(A) op(B) + beta C on packed bf16 operands, fp32 accumulation and output; the
-// conventions of kernels/gemm.h. beta is 0 or 1. Requires native_bf16_available().
+// conventions of kernels/gemm.h. Requires native_bf16_available().
 void gemm_bf16(bool transA, bool transB, int M, int N, int K, const uint16_t* A, int lda,
                const uint16_t* B, int ldb, float beta, float* C, int ldc);
 

@@ -1,10 +1,11 @@
 // General matrix multiply, row-major: C[M,N] = op(A)[M,K] op(B)[K,N] + beta C
 // with op(X) = X or X^T (transA: A is stored [K,M]; transB: B is stored [N,K]).
 //
-// Three implementations, chosen per shape by cpu::gemm (see gemm_backend_for):
+// Four implementations, chosen per shape by cpu::gemm (see gemm_backend_for):
 //  - OpenBLAS (cblas_sgemm, the system libblas.so.3; its own pthread pool),
-//  - oneDNN (dnnl_sgemm; runs on the OpenMP team, so it shares threads with the other
-//    kernels instead of competing with them) when built with FORGE_HAVE_DNNL,
+//  - oneDNN's BLAS-like dnnl_sgemm and oneDNN's matmul primitive (kernels/cpu/onednn_matmul.h),
+//    both on the OpenMP team, so they share threads with the other kernels instead of
+//    competing with them, when built with FORGE_HAVE_DNNL,
 //  - forge's own packed kernel (MR x NR register tile on the SIMD layer, OpenMP over tiles).
 #pragma once
 
@@ -18,7 +19,7 @@ void gemm(bool transA, bool transB, int M, int N, int K, const Real* A, int lda,
 
 namespace cpu {
 
-enum class GemmBackend { kOpenBLAS, kOneDNN, kForge };
+enum class GemmBackend { kOpenBLAS, kOneDNN, kOneDnnMatmul, kForge };
 const char* gemm_backend_name(GemmBackend b);
 bool gemm_backend_available(GemmBackend b);
 // The backend cpu::gemm uses for this shape (a fixed rule, so that every process of a run

@@ -19,7 +19,7 @@ struct MatmulKey {
   OneDnnType type;
   bool ta, tb;
   int M, N, K, lda, ldb, ldc;
-  bool accumulate;
+  float beta;
   auto operator<=>(const MatmulKey&) const = default;
 };
 
@@ -79,9 +79,9 @@ class MatmulCache {
     dnnl_primitive_attr_t attr;
     check(dnnl_primitive_attr_create(&attr), "attr_create");
     dnnl_post_ops_t ops = nullptr;
-    if (k.accumulate) {  // beta = 1: C += A B, as a sum post-op onto the destination
+    if (k.beta != 0.0f) {  // C = A B + beta C: a sum post-op onto the destination
       check(dnnl_post_ops_create(&ops), "post_ops_create");
-      check(dnnl_post_ops_append_sum(ops, 1.0f), "append_sum");
+      check(dnnl_post_ops_append_sum(ops, k.beta), "append_sum");
       check(dnnl_primitive_attr_set_post_ops(attr, ops), "set_post_ops");
     }
     dnnl_primitive_desc_t pd;
@@ -112,17 +112,15 @@ MatmulCache& matmuls() {
 
 void onednn_matmul(OneDnnType type, bool transA, bool transB, int M, int N, int K, const void* A,
                    int lda, const void* B, int ldb, float beta, float* C, int ldc) {
-  FORGE_CHECK(beta == 0.0f || beta == 1.0f, "onednn_matmul: beta must be 0 or 1, got {}", beta);
   if (M == 0 || N == 0) return;
   if (K == 0) {  // an empty sum: C = beta C
-    if (beta == 0.0f)
-      for (int i = 0; i < M; ++i) {
-        float* row = C + static_cast<size_t>(i) * ldc;
-        std::fill(row, row + N, 0.0f);
-      }
+    for (int i = 0; i < M; ++i) {
+      float* row = C + static_cast<size_t>(i) * ldc;
+      for (int j = 0; j < N; ++j) row[j] = beta == 0.0f ? 0.0f : beta * row[j];
+    }
     return;
   }
-  matmuls().run({type, transA, transB, M, N, K, lda, ldb, ldc, beta != 0.0f}, A, B, C);
+  matmuls().run({type, transA, transB, M, N, K, lda, ldb, ldc, beta}, A, B, C);
 }
 
 }  // namespace forge::kernels::cpu

@@ -1,11 +1,10 @@
 // oneDNN's matmul primitive behind a GEMM-shaped call (kernels/gemm.h conventions: row-major,
-// C[M,N] = op(A) op(B) + beta C, op = transpose when asked, beta 0 or 1). Only compiled with
+// C[M,N] = op(A) op(B) + beta C, op = transpose when asked). Only compiled with
 // FORGE_HAVE_DNNL.
 //
-// Why the primitive and not dnnl_sgemm: on AVX-512 the primitive runs the linear layers'
-// forward GEMM (x W^T, B transposed) about twice as fast as the BLAS-like entry point
-// (bench_kernels, gemm/onednn vs gemm/onednn_sgemm), and it is the only oneDNN route to bf16
-// operands with fp32 accumulation and output.
+// Why the primitive besides dnnl_sgemm: it is the only oneDNN route to bf16 operands with fp32
+// accumulation and output, and on AVX-512 it runs some of the linear layers' forward GEMMs
+// (x W^T) faster than the BLAS-like entry point (see gemm_backend_for).
 #pragma once
 
 #include <cstdint>
