@@ -4,6 +4,9 @@
 #include <cstddef>
 
 #include "forge/kernels/gemm.h"
+#ifdef FORGE_HAVE_DNNL
+#include "forge/kernels/cpu/onednn_matmul.h"
+#endif
 
 namespace forge::kernels {
 
@@ -62,6 +65,14 @@ namespace cpu {
 
 void linear_forward(float* out, const float* inp, const float* weight, const float* bias, int N,
                     int IC, int OC) {
+#ifdef FORGE_HAVE_DNNL
+  // The matmul primitive adds the bias in its epilogue, saving fill_rows_with_bias's pass.
+  if (bias && gemm_backend_for(false, true, N, OC, IC) == GemmBackend::kOneDnnMatmul) {
+    onednn_matmul(OneDnnType::kF32, false, true, N, OC, IC, inp, IC, weight, IC, 0.0f, out, OC,
+                  bias);
+    return;
+  }
+#endif
   float beta = 0.0f;
   if (bias) {
     // Start from the bias and let the GEMM accumulate onto it (beta = 1): one pass over out.

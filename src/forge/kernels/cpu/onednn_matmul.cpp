@@ -20,12 +20,13 @@ struct MatmulKey {
   bool ta, tb;
   int M, N, K, lda, ldb, ldc;
   float beta;
+  bool bias;
   auto operator<=>(const MatmulKey&) const = default;
 };
 
 struct Matmul {
   dnnl_primitive_t prim = nullptr;
-  dnnl_memory_t a = nullptr, b = nullptr, c = nullptr;
+  dnnl_memory_t a = nullptr, b = nullptr, c = nullptr, bias = nullptr;
 };
 
 void check(dnnl_status_t st, const char* what) {
@@ -43,13 +44,14 @@ class MatmulCache {
       dnnl_memory_destroy(m.a);
       dnnl_memory_destroy(m.b);
       dnnl_memory_destroy(m.c);
+      if (m.bias) dnnl_memory_destroy(m.bias);
       dnnl_primitive_destroy(m.prim);
     }
     dnnl_stream_destroy(stream_);
     dnnl_engine_destroy(engine_);
   }
 
-  void run(const MatmulKey& k, const void* A, const void* B, float* C) {
+  void run(const MatmulKey& k, const void* A, const void* B, float* C, const float* bias) {
     std::lock_guard<std::mutex> lock(mu_);
     auto it = cache_.find(k);
     if (it == cache_.end()) it = cache_.emplace(k, make(k)).first;
@@ -57,8 +59,13 @@ class MatmulCache {
     check(dnnl_memory_set_data_handle(m.a, const_cast<void*>(A)), "set_data_handle");
     check(dnnl_memory_set_data_handle(m.b, const_cast<void*>(B)), "set_data_handle");
     check(dnnl_memory_set_data_handle(m.c, C), "set_data_handle");
-    const dnnl_exec_arg_t args[] = {{DNNL_ARG_SRC, m.a}, {DNNL_ARG_WEIGHTS, m.b}, {DNNL_ARG_DST, m.c}};
-    check(dnnl_primitive_execute(m.prim, stream_, 3, args), "matmul execute");
+    if (m.bias)
+      check(dnnl_memory_set_data_handle(m.bias, const_cast<float*>(bias)), "set_data_handle");
+    const dnnl_exec_arg_t args[] = {{DNNL_ARG_SRC, m.a},
+                                    {DNNL_ARG_WEIGHTS, m.b},
+                                    {DNNL_ARG_DST, m.c},
+                                    {DNNL_ARG_BIAS, m.bias}};
+    check(dnnl_primitive_execute(m.prim, stream_, m.bias ? 4 : 3, args), "matmul execute");
     check(dnnl_stream_wait(stream_), "stream_wait");
   }
 
@@ -70,12 +77,18 @@ class MatmulCache {
     const dnnl_dims_t b_str = {k.tb ? 1 : k.ldb, k.tb ? k.ldb : 1};
     const dnnl_dims_t c_str = {k.ldc, 1};
     const dnnl_data_type_t in = k.type == OneDnnType::kBf16 ? dnnl_bf16 : dnnl_f32;
-    dnnl_memory_desc_t a_md, b_md, c_md;
+    dnnl_memory_desc_t a_md, b_md, c_md, bias_md;
     check(dnnl_memory_desc_init_by_strides(&a_md, 2, a_dims, in, a_str), "memory_desc A");
     check(dnnl_memory_desc_init_by_strides(&b_md, 2, b_dims, in, b_str), "memory_desc B");
     check(dnnl_memory_desc_init_by_strides(&c_md, 2, c_dims, dnnl_f32, c_str), "memory_desc C");
+    if (k.bias) {  // one row, broadcast over the M rows of C
+      const dnnl_dims_t bias_dims = {1, k.N}, bias_str = {k.N, 1};
+      check(dnnl_memory_desc_init_by_strides(&bias_md, 2, bias_dims, dnnl_f32, bias_str),
+            "memory_desc bias");
+    }
     dnnl_matmul_desc_t desc;
-    check(dnnl_matmul_desc_init(&desc, &a_md, &b_md, nullptr, &c_md), "matmul_desc_init");
+    check(dnnl_matmul_desc_init(&desc, &a_md, &b_md, k.bias ? &bias_md : nullptr, &c_md),
+          "matmul_desc_init");
     dnnl_primitive_attr_t attr;
     check(dnnl_primitive_attr_create(&attr), "attr_create");
     dnnl_post_ops_t ops = nullptr;
@@ -91,6 +104,8 @@ class MatmulCache {
     check(dnnl_memory_create(&m.a, &a_md, engine_, DNNL_MEMORY_NONE), "memory A");
     check(dnnl_memory_create(&m.b, &b_md, engine_, DNNL_MEMORY_NONE), "memory B");
     check(dnnl_memory_create(&m.c, &c_md, engine_, DNNL_MEMORY_NONE), "memory C");
+    if (k.bias)
+      check(dnnl_memory_create(&m.bias, &bias_md, engine_, DNNL_MEMORY_NONE), "memory bias");
     dnnl_primitive_desc_destroy(pd);
     if (ops) dnnl_post_ops_destroy(ops);
     dnnl_primitive_attr_destroy(attr);
@@ -111,16 +126,19 @@ MatmulCache& matmuls() {
 }  // namespace
 
 void onednn_matmul(OneDnnType type, bool transA, bool transB, int M, int N, int K, const void* A,
-                   int lda, const void* B, int ldb, float beta, float* C, int ldc) {
+                   int lda, const void* B, int ldb, float beta, float* C, int ldc,
+                   const float* bias) {
   if (M == 0 || N == 0) return;
-  if (K == 0) {  // an empty sum: C = beta C
+  if (K == 0) {  // an empty sum: C = bias + beta C
     for (int i = 0; i < M; ++i) {
       float* row = C + static_cast<size_t>(i) * ldc;
-      for (int j = 0; j < N; ++j) row[j] = beta == 0.0f ? 0.0f : beta * row[j];
+      for (int j = 0; j < N; ++j)
+        row[j] = (bias ? bias[j] : 0.0f) + (beta == 0.0f ? 0.0f : beta * row[j]);
     }
     return;
   }
-  matmuls().run({type, transA, transB, M, N, K, lda, ldb, ldc, beta}, A, B, C);
+  matmuls().run({type, transA, transB, M, N, K, lda, ldb, ldc, beta, bias != nullptr}, A, B, C,
+                bias);
 }
 
 }  // namespace forge::kernels::cpu
