@@ -158,11 +158,41 @@ void check_bf16_linear(int N, int IC, int OC, bool with_bias, bool with_dinp) {
                b = random_floats(OC, 42), dout = random_floats(size_t(N) * OC, 43);
   Floats out(size_t(N) * OC), dx(size_t(N) * IC, 5.0f), dw(size_t(OC) * IC, 5.0f), db(OC, 5.0f);
   Floats scratch(cpu::bf16_linear_scratch_floats(N, IC, OC), 0.0f);
+  Floats saved(cpu::bf16_linear_saved_floats(N, IC, OC), 0.0f);
   const float* bias = with_bias ? b.data() : nullptr;
-  cpu::bf16_linear_forward(out.data(), x.data(), w.data(), bias, N, IC, OC, scratch.data());
+  cpu::bf16_linear_forward(out.data(), saved.data(), x.data(), w.data(), bias, N, IC, OC,
+                           scratch.data());
   cpu::bf16_linear_backward(with_dinp ? dx.data() : nullptr, dw.data(),
-                            with_bias ? db.data() : nullptr, dout.data(), x.data(), w.data(), N,
-                            IC, OC, scratch.data());
+                            with_bias ? db.data() : nullptr, dout.data(), x.data(), w.data(),
+                            saved.data(), N, IC, OC, scratch.data());
+
+  // Without saved state (inference's forward, a backward converting its own operands): the
+  // same operands, so the same bits. Backward is fed inputs the saved copies no longer match,
+  // to show that with saved state it reads them and not inp and weight.
+  {
+    Floats out2(out.size()), dx2(dx.size(), 5.0f), dw2(dw.size()), db2(db.size(), 5.0f);
+    cpu::bf16_linear_forward(out2.data(), nullptr, x.data(), w.data(), bias, N, IC, OC,
+                             scratch.data());
+    cpu::bf16_linear_backward(with_dinp ? dx2.data() : nullptr, dw2.data(),
+                              with_bias ? db2.data() : nullptr, dout.data(), x.data(), w.data(),
+                              nullptr, N, IC, OC, scratch.data());
+    EXPECT_EQ(out2, out);
+    EXPECT_EQ(dx2, dx);
+    EXPECT_EQ(dw2, dw);
+    EXPECT_EQ(db2, db);
+    const Floats zeros_x(x.size(), 0.0f), zeros_w(w.size(), 0.0f);
+    cpu::bf16_linear_backward(with_dinp ? dx2.data() : nullptr, dw2.data(),
+                              with_bias ? db2.data() : nullptr, dout.data(), zeros_x.data(),
+                              zeros_w.data(), saved.data(), N, IC, OC, scratch.data());
+    EXPECT_EQ(dx2, dx);
+    EXPECT_EQ(dw2, dw);
+  }
+  // The bias gradient, fused into the conversion of dout, sums in bias_gradient's order.
+  if (with_bias) {
+    Floats want_db(OC);
+    cpu::bias_gradient(want_db.data(), dout.data(), N, OC);
+    EXPECT_EQ(db, want_db);
+  }
   Doubles out64(size_t(N) * OC), dx64(size_t(N) * IC), dw64(size_t(OC) * IC), db64(OC);
   scalar::bf16_linear_forward(out64.data(), x.data(), w.data(), bias, N, IC, OC);
   scalar::bf16_linear_backward(dx64.data(), dw64.data(), db64.data(), dout.data(), x.data(),
@@ -209,14 +239,16 @@ TEST(Bf16, ProfileUsesBf16LinearAndFailsOnUnplannedShapes) {
     const Floats x = random_floats(size_t(N) * IC, 50), w = random_floats(size_t(OC) * IC, 51);
     Floats got(size_t(N) * OC), want(size_t(N) * OC);
     Floats scratch(cpu::bf16_linear_scratch_floats(N, IC, OC));
-    nx->linear_forward(got.data(), x.data(), w.data(), nullptr, N, IC, OC);
-    cpu::bf16_linear_forward(want.data(), x.data(), w.data(), nullptr, N, IC, OC, scratch.data());
+    EXPECT_EQ(nx->linear_saved_floats(N, IC, OC), cpu::bf16_linear_saved_floats(N, IC, OC));
+    nx->linear_forward(got.data(), nullptr, x.data(), w.data(), nullptr, N, IC, OC);
+    cpu::bf16_linear_forward(want.data(), nullptr, x.data(), w.data(), nullptr, N, IC, OC,
+                             scratch.data());
     EXPECT_EQ(got, want) << "IC=" << IC << " OC=" << OC;
   }
   // A shape plan() did not reserve for is an error, not an allocation inside a step.
   const int big = 4 * s.Vp;
   Floats x(size_t(N) * s.ffn), w(size_t(big) * s.ffn), out(size_t(N) * big);
-  EXPECT_THROW(nx->linear_forward(out.data(), x.data(), w.data(), nullptr, N, s.ffn, big),
+  EXPECT_THROW(nx->linear_forward(out.data(), nullptr, x.data(), w.data(), nullptr, N, s.ffn, big),
                forge::Error);
 }
 
@@ -229,10 +261,13 @@ TEST(Bf16, NativeGemmMatchesFloat64OnEveryTranspose) {
   if (!cpu::native_bf16_available()) GTEST_SKIP() << "no bf16 dot-product instructions here";
   for (bool ta : {false, true})
     for (bool tb : {false, true})
-      for (float beta : {0.0f, 1.0f}) {
+      for (float beta : {0.0f, 1.0f})
+        for (bool with_bias : {false, true}) {
         const int M = 67, N = 45, K = 301;  // odd sizes: tails in every dimension
         const int lda = (ta ? M : K) + 3, ldb = (tb ? K : N) + 5, ldc = N + 2;
-        SCOPED_TRACE(testing::Message() << "ta=" << ta << " tb=" << tb << " beta=" << beta);
+        SCOPED_TRACE(testing::Message() << "ta=" << ta << " tb=" << tb << " beta=" << beta
+                                        << " bias=" << with_bias);
+        const Floats bias = random_floats(N, 53);
         const Floats a = random_floats(size_t(ta ? K : M) * lda, 50),
                      b = random_floats(size_t(tb ? N : K) * ldb, 51);
         std::vector<uint16_t> a16(a.size()), b16(b.size());
@@ -240,11 +275,12 @@ TEST(Bf16, NativeGemmMatchesFloat64OnEveryTranspose) {
         cpu::to_bf16(b16.data(), b.data(), b.size());
         Floats c = random_floats(size_t(M) * ldc, 52);
         const Floats c0 = c;
-        cpu::gemm_bf16(ta, tb, M, N, K, a16.data(), lda, b16.data(), ldb, beta, c.data(), ldc);
+        cpu::gemm_bf16(ta, tb, M, N, K, a16.data(), lda, b16.data(), ldb, beta, c.data(), ldc,
+                       with_bias ? bias.data() : nullptr);
         Doubles want(size_t(M) * N), got(size_t(M) * N);
         for (int i = 0; i < M; ++i)
           for (int j = 0; j < N; ++j) {
-            double acc = beta * c0[size_t(i) * ldc + j];
+            double acc = beta * c0[size_t(i) * ldc + j] + (with_bias ? bias[j] : 0.0);
             for (int k = 0; k < K; ++k) {
               const uint16_t av = ta ? a16[size_t(k) * lda + i] : a16[size_t(i) * lda + k];
               const uint16_t bv = tb ? b16[size_t(j) * ldb + k] : b16[size_t(k) * ldb + j];

@@ -162,12 +162,6 @@ void to_bf16(uint16_t* out, const float* in, size_t n) {
   });
 }
 
-size_t bf16_linear_scratch_floats(int N, int IC, int OC) {
-  const size_t n = static_cast<size_t>(N), ic = static_cast<size_t>(IC),
-               oc = static_cast<size_t>(OC);
-  return n * ic + n * oc + oc * ic;
-}
-
 #ifdef FORGE_HAVE_DNNL
 
 bool native_bf16_available() {
@@ -179,9 +173,9 @@ bool native_bf16_available() {
 }
 
 void gemm_bf16(bool transA, bool transB, int M, int N, int K, const uint16_t* A, int lda,
-               const uint16_t* B, int ldb, float beta, float* C, int ldc) {
+               const uint16_t* B, int ldb, float beta, float* C, int ldc, const float* bias) {
   FORGE_CHECK(native_bf16_available(), "gemm_bf16 without bf16 instructions");
-  onednn_matmul(OneDnnType::kBf16, transA, transB, M, N, K, A, lda, B, ldb, beta, C, ldc);
+  onednn_matmul(OneDnnType::kBf16, transA, transB, M, N, K, A, lda, B, ldb, beta, C, ldc, bias);
 }
 
 #else
@@ -189,7 +183,7 @@ void gemm_bf16(bool transA, bool transB, int M, int N, int K, const uint16_t* A,
 bool native_bf16_available() { return false; }
 
 void gemm_bf16(bool, bool, int, int, int, const uint16_t*, int, const uint16_t*, int, float,
-               float*, int) {
+               float*, int, const float*) {
   fail("gemm_bf16: forge was built without oneDNN");
 }
 
@@ -203,78 +197,145 @@ namespace {
 struct NativeBf16 {
   using Operand = uint16_t;
   static void convert(Operand* out, const float* in, size_t n) { to_bf16(out, in, n); }
+  static void convert_serial(Operand* out, const float* in, size_t n) {
+    if (use_avx2())
+      to_bf16_avx2(out, in, n);
+    else
+      to_bf16_generic(out, in, n);
+  }
   static void multiply(bool ta, bool tb, int M, int N, int K, const Operand* A, int lda,
-                       const Operand* B, int ldb, float beta, float* C, int ldc) {
-    gemm_bf16(ta, tb, M, N, K, A, lda, B, ldb, beta, C, ldc);
+                       const Operand* B, int ldb, float* C, int ldc, const float* bias) {
+    gemm_bf16(ta, tb, M, N, K, A, lda, B, ldb, 0.0f, C, ldc, bias);
   }
 };
 
 struct RoundedFp32 {
   using Operand = float;
   static void convert(Operand* out, const float* in, size_t n) { round_bf16(out, in, n); }
+  static void convert_serial(Operand* out, const float* in, size_t n) {
+    if (use_avx2())
+      round_bf16_avx2(out, in, n);
+    else
+      round_bf16_generic(out, in, n);
+  }
   static void multiply(bool ta, bool tb, int M, int N, int K, const Operand* A, int lda,
-                       const Operand* B, int ldb, float beta, float* C, int ldc) {
+                       const Operand* B, int ldb, float* C, int ldc, const float* bias) {
+    float beta = 0.0f;
+    if (bias) {
+      fill_rows_with_bias(C, bias, M, N);
+      beta = 1.0f;
+    }
     gemm(ta, tb, M, N, K, A, lda, B, ldb, beta, C, ldc);
   }
 };
 
-// scratch holds the converted operands; bf16_linear_scratch_floats counts fp32 slots, which
-// hold the packed form too.
+// n operands of Path in floats, rounded up to whole cache lines so that each operand placed
+// after another starts 64-byte aligned.
 template <typename Path>
-void forward_on(float* out, const float* inp, const float* weight, const float* bias, int N,
-                int IC, int OC, float* scratch) {
-  using T = typename Path::Operand;
-  const size_t n = static_cast<size_t>(N), ic = static_cast<size_t>(IC),
-               oc = static_cast<size_t>(OC);
-  T* xb = reinterpret_cast<T*>(scratch);
-  T* wb = xb + n * ic;
-  Path::convert(xb, inp, n * ic);
-  Path::convert(wb, weight, oc * ic);
-  float beta = 0.0f;
-  if (bias) {
-    fill_rows_with_bias(out, bias, N, OC);
-    beta = 1.0f;
+size_t operand_floats(size_t n) {
+  const size_t floats = (n * sizeof(typename Path::Operand) + sizeof(float) - 1) / sizeof(float);
+  return (floats + 15) / 16 * 16;
+}
+
+// Where forward's converted inp and weight live: saved when the caller keeps them, else scratch.
+template <typename Path>
+struct ForwardOperands {
+  typename Path::Operand *x, *w;
+  ForwardOperands(float* at, int N, int IC, int OC) {
+    x = reinterpret_cast<typename Path::Operand*>(at);
+    w = reinterpret_cast<typename Path::Operand*>(
+        at + operand_floats<Path>(static_cast<size_t>(N) * IC));
+    (void)OC;
   }
-  Path::multiply(false, true, N, OC, IC, xb, IC, wb, IC, beta, out, OC);
+};
+
+template <typename Path>
+size_t saved_floats(int N, int IC, int OC) {
+  return operand_floats<Path>(static_cast<size_t>(N) * IC) +
+         operand_floats<Path>(static_cast<size_t>(OC) * IC);
 }
 
 template <typename Path>
-void backward_on(float* dinp, float* dweight, const float* dout, const float* inp,
-                 const float* weight, int N, int IC, int OC, float* scratch) {
-  using T = typename Path::Operand;
-  const size_t n = static_cast<size_t>(N), ic = static_cast<size_t>(IC),
-               oc = static_cast<size_t>(OC);
-  T* gb = reinterpret_cast<T*>(scratch);
-  T* xb = gb + n * oc;
-  T* wb = xb + n * ic;
-  Path::convert(gb, dout, n * oc);
-  if (dinp) {
-    Path::convert(wb, weight, oc * ic);
-    Path::multiply(false, false, N, IC, OC, gb, OC, wb, IC, 0.0f, dinp, IC);  // dout @ W
+void forward_on(float* out, float* saved, const float* inp, const float* weight,
+                const float* bias, int N, int IC, int OC, float* scratch) {
+  const ForwardOperands<Path> ops(saved ? saved : scratch, N, IC, OC);
+  Path::convert(ops.x, inp, static_cast<size_t>(N) * IC);
+  Path::convert(ops.w, weight, static_cast<size_t>(OC) * IC);
+  Path::multiply(false, true, N, OC, IC, ops.x, IC, ops.w, IC, out, OC, bias);
+}
+
+// g = bf16(dout) and, when dbias is given, dbias = column sums of the unrounded dout, in one
+// read of dout. Threads split the columns (bias_gradient's order: each sum runs down the rows).
+template <typename Path>
+void convert_gradient(typename Path::Operand* g, float* dbias, const float* dout, int N,
+                      int OC) {
+  if (!dbias) {
+    Path::convert(g, dout, static_cast<size_t>(N) * OC);
+    return;
   }
-  Path::convert(xb, inp, n * ic);
-  Path::multiply(true, false, OC, IC, N, gb, OC, xb, IC, 0.0f, dweight, IC);  // dout^T @ inp
+  constexpr int kChunk = 64;
+  const int chunks = (OC + kChunk - 1) / kChunk;
+#pragma omp parallel for schedule(static)
+  for (int chunk = 0; chunk < chunks; ++chunk) {
+    const int o0 = chunk * kChunk, o1 = std::min(OC, o0 + kChunk);
+    float acc[kChunk] = {};
+    for (int n = 0; n < N; ++n) {
+      const size_t row = static_cast<size_t>(n) * OC;
+      const float* d = dout + row;
+      Path::convert_serial(g + row + o0, d + o0, static_cast<size_t>(o1 - o0));
+      for (int o = o0; o < o1; ++o) acc[o - o0] += d[o];
+    }
+    for (int o = o0; o < o1; ++o) dbias[o] = acc[o - o0];
+  }
+}
+
+template <typename Path>
+void backward_on(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
+                 const float* weight, const float* saved, int N, int IC, int OC,
+                 float* scratch) {
+  using T = typename Path::Operand;
+  T* g = reinterpret_cast<T*>(scratch);
+  float* rest = scratch + operand_floats<Path>(static_cast<size_t>(N) * OC);
+  const ForwardOperands<Path> ops(saved ? const_cast<float*>(saved) : rest, N, IC, OC);
+  if (!saved) {
+    Path::convert(ops.x, inp, static_cast<size_t>(N) * IC);
+    if (dinp) Path::convert(ops.w, weight, static_cast<size_t>(OC) * IC);
+  }
+  convert_gradient<Path>(g, dbias, dout, N, OC);
+  if (dinp)
+    Path::multiply(false, false, N, IC, OC, g, OC, ops.w, IC, dinp, IC, nullptr);  // dout @ W
+  Path::multiply(true, false, OC, IC, N, g, OC, ops.x, IC, dweight, IC, nullptr);  // dout^T @ inp
 }
 
 }  // namespace
 
-void bf16_linear_forward(float* out, const float* inp, const float* weight, const float* bias,
-                         int N, int IC, int OC, float* scratch) {
+size_t bf16_linear_saved_floats(int N, int IC, int OC) {
+  return native_bf16_available() ? saved_floats<NativeBf16>(N, IC, OC)
+                                 : saved_floats<RoundedFp32>(N, IC, OC);
+}
+
+size_t bf16_linear_scratch_floats(int N, int IC, int OC) {
+  // Room for dout's operands and forward's two, on either path (fp32 slots are the larger).
+  return operand_floats<RoundedFp32>(static_cast<size_t>(N) * OC) +
+         saved_floats<RoundedFp32>(N, IC, OC);
+}
+
+void bf16_linear_forward(float* out, float* saved, const float* inp, const float* weight,
+                         const float* bias, int N, int IC, int OC, float* scratch) {
   if (native_bf16_available())
-    forward_on<NativeBf16>(out, inp, weight, bias, N, IC, OC, scratch);
+    forward_on<NativeBf16>(out, saved, inp, weight, bias, N, IC, OC, scratch);
   else
-    forward_on<RoundedFp32>(out, inp, weight, bias, N, IC, OC, scratch);
+    forward_on<RoundedFp32>(out, saved, inp, weight, bias, N, IC, OC, scratch);
 }
 
 void bf16_linear_backward(float* dinp, float* dweight, float* dbias, const float* dout,
-                          const float* inp, const float* weight, int N, int IC, int OC,
-                          float* scratch) {
+                          const float* inp, const float* weight, const float* saved, int N,
+                          int IC, int OC, float* scratch) {
   if (native_bf16_available())
-    backward_on<NativeBf16>(dinp, dweight, dout, inp, weight, N, IC, OC, scratch);
+    backward_on<NativeBf16>(dinp, dweight, dbias, dout, inp, weight, saved, N, IC, OC, scratch);
   else
-    backward_on<RoundedFp32>(dinp, dweight, dout, inp, weight, N, IC, OC, scratch);
-  // The bias gradient sums the unrounded fp32 gradient: it is no matmul operand.
-  if (dbias) bias_gradient(dbias, dout, N, OC);
+    backward_on<RoundedFp32>(dinp, dweight, dbias, dout, inp, weight, saved, N, IC, OC,
+                             scratch);
 }
 
 }  // namespace cpu

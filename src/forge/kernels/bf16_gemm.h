@@ -63,21 +63,28 @@ void to_bf16(uint16_t* out, const float* in, size_t n);
 // off (for comparing the two paths).
 bool native_bf16_available();
 
-// C[M,N] = op(A) op(B) + beta C on packed bf16 operands, fp32 accumulation and output; the
-// conventions of kernels/gemm.h. Requires native_bf16_available().
+// C[M,N] = op(A) op(B) + bias + beta C on packed bf16 operands, fp32 accumulation, bias and
+// output; the conventions of kernels/gemm.h; bias (N values, one per column) may be null.
+// Requires native_bf16_available().
 void gemm_bf16(bool transA, bool transB, int M, int N, int K, const uint16_t* A, int lda,
-               const uint16_t* B, int ldb, float beta, float* C, int ldc);
+               const uint16_t* B, int ldb, float beta, float* C, int ldc,
+               const float* bias = nullptr);
 
 // Scratch the two linear kernels need, in floats, for shapes up to N x IC x OC.
 size_t bf16_linear_scratch_floats(int N, int IC, int OC);
+// What forward keeps for backward, in floats: its converted inp and weight (packed bf16 on
+// the native path, half the floats), so that backward converts only dout.
+size_t bf16_linear_saved_floats(int N, int IC, int OC);
 
 // kernels/linear.h's forward and backward with bf16-rounded operands, fp32 accumulation.
 // scratch: bf16_linear_scratch_floats(N, IC, OC) floats, not aliasing any argument.
-void bf16_linear_forward(float* out, const float* inp, const float* weight, const float* bias,
-                         int N, int IC, int OC, float* scratch);
+// saved: bf16_linear_saved_floats(N, IC, OC) floats, or null: forward then keeps nothing, and
+// backward converts inp and weight itself. Backward's inp and weight must be forward's.
+void bf16_linear_forward(float* out, float* saved, const float* inp, const float* weight,
+                         const float* bias, int N, int IC, int OC, float* scratch);
 void bf16_linear_backward(float* dinp, float* dweight, float* dbias, const float* dout,
-                          const float* inp, const float* weight, int N, int IC, int OC,
-                          float* scratch);
+                          const float* inp, const float* weight, const float* saved, int N,
+                          int IC, int OC, float* scratch);
 
 }  // namespace cpu
 

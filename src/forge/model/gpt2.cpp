@@ -49,11 +49,16 @@ Gpt2::Gpt2(const ModelConfig& config, int B, int T, Numerics& numerics)
   const size_t N = static_cast<size_t>(B) * T;
   const size_t att_saved = nx_.attention_saved_floats(B, T, C, config.n_head);
   const size_t xent_saved = nx_.classifier_saved_floats(N, config.vocab_size, Vp);
+  auto lin_saved = [&](int64_t ic, int64_t oc) {
+    return nx_.linear_saved_floats(static_cast<int>(N), static_cast<int>(ic), static_cast<int>(oc));
+  };
   auto align = [](size_t n) { return (n + 15) / 16 * 16; };
   const size_t per_layer = align(N * C) * 8 + align(N) * 4 + align(N * 3 * C) +
-                           align(att_saved) + align(N * 4 * C) * 2;
+                           align(att_saved) + align(N * 4 * C) * 2 + align(lin_saved(C, 3 * C)) +
+                           align(lin_saved(C, C)) + align(lin_saved(C, 4 * C)) +
+                           align(lin_saved(4 * C, C));
   const size_t acts_total = align(N * C) * 2 + align(N) * 2 + align(N * Vp) +
-                            align(xent_saved) + per_layer * L;
+                            align(xent_saved) + align(lin_saved(C, Vp)) + per_layer * L;
   acts_arena_.resize(acts_total);
   float* cursor = acts_arena_.data();
   auto take = [&](size_t n) { float* p = cursor; cursor += align(n); return p; };
@@ -66,9 +71,11 @@ Gpt2::Gpt2(const ModelConfig& config, int B, int T, Numerics& numerics)
     a.ln2 = take(N * C); a.ln2_mean = take(N); a.ln2_rstd = take(N);
     a.fc = take(N * 4 * C); a.gelu = take(N * 4 * C); a.mlp_proj = take(N * C);
     a.res2 = take(N * C);
+    a.qkv_saved = take(lin_saved(C, 3 * C)); a.attn_proj_saved = take(lin_saved(C, C));
+    a.fc_saved = take(lin_saved(C, 4 * C)); a.mlp_proj_saved = take(lin_saved(4 * C, C));
   }
   lnf_ = take(N * C); lnf_mean_ = take(N); lnf_rstd_ = take(N);
-  logits_ = take(N * Vp); xent_saved_ = take(xent_saved);
+  logits_ = take(N * Vp); xent_saved_ = take(xent_saved); head_saved_ = take(lin_saved(C, Vp));
   FORGE_CHECK(cursor <= acts_arena_.data() + acts_arena_.size(), "activation plan overflow");
 
   scratch_arena_.resize(align(N * C) * 4 + align(N * 3 * C) + align(N * 4 * C) * 2 +
@@ -151,17 +158,19 @@ float Gpt2::forward(const int32_t* tokens, const int32_t* targets, int B, int T)
     const std::string h = "act.h." + std::to_string(l) + ".";
     // x = x + c_proj(attention(c_attn(ln_1(x))))
     nx_.layernorm_forward(a.ln1, a.ln1_mean, a.ln1_rstd, x, w.ln1_w, w.ln1_b, N, C, eps);
-    nx_.linear_forward(a.qkv, a.ln1, w.qkv_w, w.qkv_b, N, C, 3 * C);
+    nx_.linear_forward(a.qkv, a.qkv_saved, a.ln1, w.qkv_w, w.qkv_b, N, C, 3 * C);
     test_bug_scale_queries(a.qkv, N, C, 1.25f);  // no-op unless a test asks for the bug
     nx_.attention_forward(a.sdpa, a.att_saved, a.qkv, B, T, C, NH);
     test_bug_scale_queries(a.qkv, N, C, 1.0f / 1.25f);
-    nx_.linear_forward(a.attn_proj, a.sdpa, w.attn_proj_w, w.attn_proj_b, N, C, C);
+    nx_.linear_forward(a.attn_proj, a.attn_proj_saved, a.sdpa, w.attn_proj_w, w.attn_proj_b, N, C,
+                       C);
     nx_.add(a.res1, x, a.attn_proj, static_cast<size_t>(N) * C);
     // x = x + c_proj(gelu(c_fc(ln_2(x))))
     nx_.layernorm_forward(a.ln2, a.ln2_mean, a.ln2_rstd, a.res1, w.ln2_w, w.ln2_b, N, C, eps);
-    nx_.linear_forward(a.fc, a.ln2, w.fc_w, w.fc_b, N, C, 4 * C);
+    nx_.linear_forward(a.fc, a.fc_saved, a.ln2, w.fc_w, w.fc_b, N, C, 4 * C);
     nx_.gelu_forward(a.gelu, a.fc, static_cast<size_t>(N) * 4 * C);
-    nx_.linear_forward(a.mlp_proj, a.gelu, w.mlp_proj_w, w.mlp_proj_b, N, 4 * C, C);
+    nx_.linear_forward(a.mlp_proj, a.mlp_proj_saved, a.gelu, w.mlp_proj_w, w.mlp_proj_b, N,
+                       4 * C, C);
     nx_.add(a.res2, a.res1, a.mlp_proj, static_cast<size_t>(N) * C);
     if (recorder_) {
       record(h + "ln_1", a.ln1, btc);
@@ -179,7 +188,7 @@ float Gpt2::forward(const int32_t* tokens, const int32_t* targets, int B, int T)
   }
   // logits = ln_f(x) wte^T   (the LM head is tied to the token embedding)
   nx_.layernorm_forward(lnf_, lnf_mean_, lnf_rstd_, x, P + lnf_w_, P + lnf_b_, N, C, eps);
-  nx_.linear_forward(logits_, lnf_, P + wte_, nullptr, N, C, Vp);
+  nx_.linear_forward(logits_, head_saved_, lnf_, P + wte_, nullptr, N, C, Vp);
   record("act.ln_f", lnf_, btc);
   record("act.logits", logits_, {B, T, Vp});
   if (!targets) return 0.0f;
@@ -199,7 +208,8 @@ void Gpt2::backward(float dloss, float* grads) {
   nx_.cross_entropy_backward(d_logits_, logits_, xent_saved_, targets_.data(), N, V, Vp, dloss);
   record("actgrad.logits", d_logits_, {B, T, Vp});
   // The LM head writes d(wte) first; the embedding adds its part at the very end.
-  nx_.linear_backward(d_ln_, grads + wte_, nullptr, d_logits_, lnf_, P + wte_, N, C, Vp);
+  nx_.linear_backward(d_ln_, grads + wte_, nullptr, d_logits_, lnf_, P + wte_, head_saved_, N,
+                      C, Vp);
   record("actgrad.ln_f", d_ln_, btc);
   const float* x_last = L > 0 ? layers_[L - 1].res2 : embed_;
   // d_res: the gradient flowing down the residual stream.
@@ -214,13 +224,12 @@ void Gpt2::backward(float dloss, float* grads) {
     record(h + "res_2", d_res_, btc);
     record(h + "mlp.c_proj", d_res_, btc);
     // MLP branch: res2 = res1 + c_proj(gelu(c_fc(ln_2(res1))))
-    nx_.linear_backward(d_gelu_, (g.mlp_proj_w), (g.mlp_proj_b),
-                        d_res_, a.gelu, w.mlp_proj_w, N, 4 * C, C);
+    nx_.linear_backward(d_gelu_, g.mlp_proj_w, g.mlp_proj_b, d_res_, a.gelu, w.mlp_proj_w,
+                        a.mlp_proj_saved, N, 4 * C, C);
     record(h + "mlp.gelu", d_gelu_, {B, T, 4 * C});
     nx_.gelu_backward(d_fc_, a.fc, d_gelu_, NC * 4);
     record(h + "mlp.c_fc", d_fc_, {B, T, 4 * C});
-    nx_.linear_backward(d_ln_, (g.fc_w), (g.fc_b), d_fc_,
-                        a.ln2, w.fc_w, N, C, 4 * C);
+    nx_.linear_backward(d_ln_, g.fc_w, g.fc_b, d_fc_, a.ln2, w.fc_w, a.fc_saved, N, C, 4 * C);
     record(h + "ln_2", d_ln_, btc);
     nx_.layernorm_backward(d_tmp_, (g.ln2_w), (g.ln2_b),
                            d_ln_, a.res1, w.ln2_w, a.ln2_mean, a.ln2_rstd, N, C);
@@ -228,13 +237,13 @@ void Gpt2::backward(float dloss, float* grads) {
     record(h + "res_1", d_res_, btc);
     record(h + "attn.c_proj", d_res_, btc);
     // attention branch: res1 = x + c_proj(attention(c_attn(ln_1(x))))
-    nx_.linear_backward(d_sdpa_, (g.attn_proj_w),
-                        (g.attn_proj_b), d_res_, a.sdpa, w.attn_proj_w, N, C, C);
+    nx_.linear_backward(d_sdpa_, g.attn_proj_w, g.attn_proj_b, d_res_, a.sdpa, w.attn_proj_w,
+                        a.attn_proj_saved, N, C, C);
     record(h + "attn.sdpa", d_sdpa_, btc);
     nx_.attention_backward(d_qkv_, d_sdpa_, a.qkv, a.sdpa, a.att_saved, B, T, C, NH);
     record(h + "attn.c_attn", d_qkv_, {B, T, 3 * C});
-    nx_.linear_backward(d_ln_, (g.qkv_w), (g.qkv_b), d_qkv_,
-                        a.ln1, w.qkv_w, N, C, 3 * C);
+    nx_.linear_backward(d_ln_, g.qkv_w, g.qkv_b, d_qkv_, a.ln1, w.qkv_w, a.qkv_saved, N, C,
+                        3 * C);
     record(h + "ln_1", d_ln_, btc);
     nx_.layernorm_backward(d_tmp_, (g.ln1_w), (g.ln1_b),
                            d_ln_, x_in, w.ln1_w, a.ln1_mean, a.ln1_rstd, N, C);
@@ -268,7 +277,7 @@ const float* Gpt2::decode_step(int32_t token, int pos) {
     float* keys = kv_cache_.data() + static_cast<size_t>(l) * 2 * maxT_ * C;
     float* values = keys + static_cast<size_t>(maxT_) * C;
     nx_.layernorm_forward(ln, stats, stats + 1, x, w.ln1_w, w.ln1_b, 1, C, eps);
-    nx_.linear_forward(qkv, ln, w.qkv_w, w.qkv_b, 1, C, 3 * C);
+    nx_.linear_forward(qkv, nullptr, ln, w.qkv_w, w.qkv_b, 1, C, 3 * C);
     std::memcpy(keys + static_cast<size_t>(pos) * C, qkv + C, sizeof(float) * C);
     std::memcpy(values + static_cast<size_t>(pos) * C, qkv + 2 * C, sizeof(float) * C);
     // One query against the cached keys: softmax(q k^T / sqrt(hd)) v, per head.
@@ -293,16 +302,16 @@ const float* Gpt2::decode_step(int32_t token, int pos) {
         for (int i = 0; i < hd; ++i) out[i] += p * v[i];
       }
     }
-    nx_.linear_forward(proj, y, w.attn_proj_w, w.attn_proj_b, 1, C, C);
+    nx_.linear_forward(proj, nullptr, y, w.attn_proj_w, w.attn_proj_b, 1, C, C);
     nx_.add(x, x, proj, C);
     nx_.layernorm_forward(ln, stats, stats + 1, x, w.ln2_w, w.ln2_b, 1, C, eps);
-    nx_.linear_forward(fc, ln, w.fc_w, w.fc_b, 1, C, 4 * C);
+    nx_.linear_forward(fc, nullptr, ln, w.fc_w, w.fc_b, 1, C, 4 * C);
     nx_.gelu_forward(gelu, fc, 4 * C);
-    nx_.linear_forward(proj, gelu, w.mlp_proj_w, w.mlp_proj_b, 1, 4 * C, C);
+    nx_.linear_forward(proj, nullptr, gelu, w.mlp_proj_w, w.mlp_proj_b, 1, 4 * C, C);
     nx_.add(x, x, proj, C);
   }
   nx_.layernorm_forward(ln, stats, stats + 1, x, P + lnf_w_, P + lnf_b_, 1, C, eps);
-  nx_.linear_forward(logits, ln, P + wte_, nullptr, 1, C, Vp);
+  nx_.linear_forward(logits, nullptr, ln, P + wte_, nullptr, 1, C, Vp);
   return logits;
 }
 

@@ -43,6 +43,8 @@ class Gpt2 final : public Model {
   struct LayerActs {  // everything backward needs from forward, per layer
     float *ln1, *ln1_mean, *ln1_rstd, *qkv, *att_saved, *sdpa, *attn_proj, *res1;
     float *ln2, *ln2_mean, *ln2_rstd, *fc, *gelu, *mlp_proj, *res2;
+    // what the profile keeps from each linear layer's forward for its backward
+    float *qkv_saved, *attn_proj_saved, *fc_saved, *mlp_proj_saved;
   };
   LayerParams layer_params(float* base, int l) const;  // params or grads
   void record(const std::string& name, const float* data, std::vector<int64_t> shape);
@@ -60,7 +62,7 @@ class Gpt2 final : public Model {
   std::vector<int32_t> tokens_, targets_;
   float* embed_;
   std::vector<LayerActs> layers_;
-  float *lnf_, *lnf_mean_, *lnf_rstd_, *logits_, *xent_saved_;
+  float *lnf_, *lnf_mean_, *lnf_rstd_, *logits_, *xent_saved_, *head_saved_;
   float *d_res_, *d_tmp_, *d_ln_, *d_qkv_, *d_sdpa_, *d_fc_, *d_gelu_, *d_logits_;
   // Decoding: keys and values of every layer for up to maxT_ positions, [L][2][maxT][C],
   // and one token's activations.

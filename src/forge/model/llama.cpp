@@ -60,15 +60,21 @@ Llama::Llama(const ModelConfig& config, int B, int T, Numerics& numerics)
   const size_t N = static_cast<size_t>(B) * T;
   const size_t att_saved = nx_.gqa_attention_saved_floats(B, T, NH_, KVH_, hd_);
   const size_t xent_saved = nx_.classifier_saved_floats(N, config.vocab_size, Vp);
+  auto lin_saved = [&](int64_t ic, int64_t oc) {
+    return nx_.linear_saved_floats(static_cast<int>(N), static_cast<int>(ic), static_cast<int>(oc));
+  };
   auto align = [](size_t n) { return (n + 15) / 16 * 16; };
   const size_t per_layer = align(N * C) * 4 + align(N) * 2 + align(N * Dq_) * 2 +
-                           align(N * Dkv_) * 2 + align(att_saved) + align(N * F_) * 3;
+                           align(N * Dkv_) * 2 + align(att_saved) + align(N * F_) * 3 +
+                           align(lin_saved(C, Dq_)) + align(lin_saved(C, Dkv_)) * 2 +
+                           align(lin_saved(Dq_, C)) + align(lin_saved(C, F_)) * 2 +
+                           align(lin_saved(F_, C));
   // The rotary tables cover the whole block, as the reference's do (their values do not
   // depend on it, but a profile's vector grouping may).
   const size_t rope_floats = nx_.rope_table_floats(config.block_size, hd_);
   const size_t acts_total = align(rope_floats) * 2 + align(static_cast<size_t>(T) * C) +
                             align(N * C) * 2 + align(N) + align(N * Vp) + align(xent_saved) +
-                            per_layer * L;
+                            align(lin_saved(C, Vp)) + per_layer * L;
   acts_arena_.resize(acts_total);
   float* cursor = acts_arena_.data();
   auto take = [&](size_t n) { float* p = cursor; cursor += align(n); return p; };
@@ -83,9 +89,13 @@ Llama::Llama(const ModelConfig& config, int B, int T, Numerics& numerics)
     a.att_saved = take(att_saved); a.sdpa = take(N * Dq_); a.res1 = take(N * C);
     a.ln2 = take(N * C); a.ln2_rstd = take(N);
     a.gate = take(N * F_); a.up = take(N * F_); a.act = take(N * F_); a.res2 = take(N * C);
+    a.q_saved = take(lin_saved(C, Dq_)); a.k_saved = take(lin_saved(C, Dkv_));
+    a.v_saved = take(lin_saved(C, Dkv_)); a.o_saved = take(lin_saved(Dq_, C));
+    a.gate_saved = take(lin_saved(C, F_)); a.up_saved = take(lin_saved(C, F_));
+    a.down_saved = take(lin_saved(F_, C));
   }
   norm_ = take(N * C); norm_rstd_ = take(N);
-  logits_ = take(N * Vp); xent_saved_ = take(xent_saved);
+  logits_ = take(N * Vp); xent_saved_ = take(xent_saved); head_saved_ = take(lin_saved(C, Vp));
   FORGE_CHECK(cursor <= acts_arena_.data() + acts_arena_.size(), "activation plan overflow");
 
   scratch_arena_.resize(align(N * C) * 4 + align(N * Dq_) * 5 + align(N * Dkv_) * 4 +
@@ -174,15 +184,15 @@ float Llama::forward(const int32_t* tokens, const int32_t* targets, int B, int T
     // h = RMSNorm(x)
     nx_.rmsnorm_forward(a.ln1, a.ln1_rstd, x, w.ln1_w, N, C, eps);
     // q = RoPE(h Wq^T),  k = RoPE(h Wk^T),  v = h Wv^T
-    nx_.linear_forward(q_pre_, a.ln1, w.q_w, nullptr, N, C, Dq);
-    nx_.linear_forward(k_pre_, a.ln1, w.k_w, nullptr, N, C, Dkv);
-    nx_.linear_forward(a.v, a.ln1, w.v_w, nullptr, N, C, Dkv);
+    nx_.linear_forward(q_pre_, a.q_saved, a.ln1, w.q_w, nullptr, N, C, Dq);
+    nx_.linear_forward(k_pre_, a.k_saved, a.ln1, w.k_w, nullptr, N, C, Dkv);
+    nx_.linear_forward(a.v, a.v_saved, a.ln1, w.v_w, nullptr, N, C, Dkv);
     nx_.rope_forward(a.q, q_pre_, rope_cos_, rope_sin_, B, T, NH, hd);
     nx_.rope_forward(a.k, k_pre_, rope_cos_, rope_sin_, B, T, KVH, hd);
     // y = softmax(q k^T / sqrt(hd) + causal mask) v, each kv head shared by NH/KVH q heads
     nx_.gqa_attention_forward(a.sdpa, a.att_saved, a.q, a.k, a.v, B, T, NH, KVH, hd);
     // x = x + y Wo^T
-    nx_.linear_forward(branch_, a.sdpa, w.o_w, nullptr, N, Dq, C);
+    nx_.linear_forward(branch_, a.o_saved, a.sdpa, w.o_w, nullptr, N, Dq, C);
     if (recorder_) {
       record(pfx + "input_layernorm", a.ln1, {B, T, C});
       record(pfx + "self_attn.q_proj", q_pre_, {B, T, Dq});
@@ -196,10 +206,10 @@ float Llama::forward(const int32_t* tokens, const int32_t* targets, int B, int T
     nx_.add(a.res1, x, branch_, NC);
     // h = RMSNorm(x);  x = x + (silu(h Wgate^T) * (h Wup^T)) Wdown^T
     nx_.rmsnorm_forward(a.ln2, a.ln2_rstd, a.res1, w.ln2_w, N, C, eps);
-    nx_.linear_forward(a.gate, a.ln2, w.gate_w, nullptr, N, C, F);
-    nx_.linear_forward(a.up, a.ln2, w.up_w, nullptr, N, C, F);
+    nx_.linear_forward(a.gate, a.gate_saved, a.ln2, w.gate_w, nullptr, N, C, F);
+    nx_.linear_forward(a.up, a.up_saved, a.ln2, w.up_w, nullptr, N, C, F);
     nx_.swiglu_forward(a.act, a.gate, a.up, NF);
-    nx_.linear_forward(branch_, a.act, w.down_w, nullptr, N, F, C);
+    nx_.linear_forward(branch_, a.down_saved, a.act, w.down_w, nullptr, N, F, C);
     if (recorder_) {
       record(pfx + "res_1", a.res1, {B, T, C});
       record(pfx + "post_attention_layernorm", a.ln2, {B, T, C});
@@ -214,7 +224,7 @@ float Llama::forward(const int32_t* tokens, const int32_t* targets, int B, int T
   }
   // logits = RMSNorm(x) Whead^T   (the head is its own matrix, not the embedding)
   nx_.rmsnorm_forward(norm_, norm_rstd_, x, P + norm_w_, N, C, eps);
-  nx_.linear_forward(logits_, norm_, P + head_w_, nullptr, N, C, Vp);
+  nx_.linear_forward(logits_, head_saved_, norm_, P + head_w_, nullptr, N, C, Vp);
   if (recorder_) {
     record("act.norm", norm_, {B, T, C});
     record("act.logits", logits_, {B, T, Vp});
@@ -234,7 +244,8 @@ void Llama::backward(float dloss, float* grads) {
 
   nx_.cross_entropy_backward(d_logits_, logits_, xent_saved_, targets_.data(), N, V, Vp, dloss);
   if (recorder_) record("actgrad.logits", d_logits_, {B, T, Vp});
-  nx_.linear_backward(d_ln_, grads + head_w_, nullptr, d_logits_, norm_, P + head_w_, N, C, Vp);
+  nx_.linear_backward(d_ln_, grads + head_w_, nullptr, d_logits_, norm_, P + head_w_,
+                      head_saved_, N, C, Vp);
   if (recorder_) record("actgrad.norm", d_ln_, {B, T, C});
   const float* x_last = L > 0 ? layers_[L - 1].res2 : embed_;
   // d_res: the gradient flowing down the residual stream. It and d_tmp trade buffers after
@@ -251,14 +262,16 @@ void Llama::backward(float dloss, float* grads) {
     if (recorder_) record(pfx + "res_2", d_res, {B, T, C});
     if (recorder_) record(pfx + "mlp.down_proj", d_res, {B, T, C});
     // MLP branch: res2 = res1 + down(silu(gate(ln2)) * up(ln2)),  ln2 = RMSNorm(res1)
-    nx_.linear_backward(d_act_, g.down_w, nullptr, d_res, a.act, w.down_w, N, F, C);
+    nx_.linear_backward(d_act_, g.down_w, nullptr, d_res, a.act, w.down_w, a.down_saved, N, F,
+                        C);
     if (recorder_) record(pfx + "mlp.swiglu", d_act_, {B, T, F});
     nx_.swiglu_backward(d_gate_, d_up_, d_act_, a.gate, a.up, NF);
     if (recorder_) record(pfx + "mlp.gate_proj", d_gate_, {B, T, F});
     if (recorder_) record(pfx + "mlp.up_proj", d_up_, {B, T, F});
     // ln2 feeds two projections: d(ln2) is the sum of what each sends back.
-    nx_.linear_backward(d_ln_, g.up_w, nullptr, d_up_, a.ln2, w.up_w, N, C, F);
-    nx_.linear_backward(d_tmp, g.gate_w, nullptr, d_gate_, a.ln2, w.gate_w, N, C, F);
+    nx_.linear_backward(d_ln_, g.up_w, nullptr, d_up_, a.ln2, w.up_w, a.up_saved, N, C, F);
+    nx_.linear_backward(d_tmp, g.gate_w, nullptr, d_gate_, a.ln2, w.gate_w, a.gate_saved, N, C,
+                        F);
     nx_.add_inplace(d_ln_, d_tmp, NC);
     if (recorder_) record(pfx + "post_attention_layernorm", d_ln_, {B, T, C});
     // d(res1) = d(res2) + d(through the MLP): autograd receives the residual's term first,
@@ -269,7 +282,7 @@ void Llama::backward(float dloss, float* grads) {
     if (recorder_) record(pfx + "res_1", d_res, {B, T, C});
     if (recorder_) record(pfx + "self_attn.o_proj", d_res, {B, T, C});
     // attention branch: res1 = x + o(attn(rope(q(ln1)), rope(k(ln1)), v(ln1))),  ln1 = RMSNorm(x)
-    nx_.linear_backward(d_sdpa_, g.o_w, nullptr, d_res, a.sdpa, w.o_w, N, Dq, C);
+    nx_.linear_backward(d_sdpa_, g.o_w, nullptr, d_res, a.sdpa, w.o_w, a.o_saved, N, Dq, C);
     if (recorder_) record(pfx + "self_attn.sdpa", d_sdpa_, {B, T, Dq});
     nx_.gqa_attention_backward(d_qrot_, d_krot_, d_v_, d_sdpa_, a.q, a.k, a.v, a.sdpa,
                                a.att_saved, B, T, NH, KVH, hd);
@@ -283,10 +296,10 @@ void Llama::backward(float dloss, float* grads) {
       record(pfx + "self_attn.v_proj", d_v_, {B, T, Dkv});
     }
     // ln1 feeds three projections; their contributions are summed v, k, q.
-    nx_.linear_backward(d_ln_, g.v_w, nullptr, d_v_, a.ln1, w.v_w, N, C, Dkv);
-    nx_.linear_backward(d_tmp, g.k_w, nullptr, d_k_, a.ln1, w.k_w, N, C, Dkv);
+    nx_.linear_backward(d_ln_, g.v_w, nullptr, d_v_, a.ln1, w.v_w, a.v_saved, N, C, Dkv);
+    nx_.linear_backward(d_tmp, g.k_w, nullptr, d_k_, a.ln1, w.k_w, a.k_saved, N, C, Dkv);
     nx_.add_inplace(d_ln_, d_tmp, NC);
-    nx_.linear_backward(d_tmp, g.q_w, nullptr, d_q_, a.ln1, w.q_w, N, C, Dq);
+    nx_.linear_backward(d_tmp, g.q_w, nullptr, d_q_, a.ln1, w.q_w, a.q_saved, N, C, Dq);
     nx_.add_inplace(d_ln_, d_tmp, NC);
     if (recorder_) record(pfx + "input_layernorm", d_ln_, {B, T, C});
     // d(x) = d(res1) + d(through attention), in the same order.

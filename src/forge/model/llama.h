@@ -40,6 +40,8 @@ class Llama final : public Model {
   struct LayerActs {  // what backward needs from forward, per layer
     float *ln1, *ln1_rstd, *q, *k, *v, *att_saved, *sdpa, *res1;
     float *ln2, *ln2_rstd, *gate, *up, *act, *res2;
+    // what the profile keeps from each linear layer's forward for its backward
+    float *q_saved, *k_saved, *v_saved, *o_saved, *gate_saved, *up_saved, *down_saved;
   };
   LayerParams layer_params(float* base, int l) const;  // params or grads
   void record(const std::string& name, const float* data, std::vector<int64_t> shape);
@@ -58,7 +60,7 @@ class Llama final : public Model {
   float *rope_cos_, *rope_sin_, *no_positions_;
   float* embed_;
   std::vector<LayerActs> layers_;
-  float *norm_, *norm_rstd_, *logits_, *xent_saved_;
+  float *norm_, *norm_rstd_, *logits_, *xent_saved_, *head_saved_;
   // Forward scratch: tensors only the dump looks at (pre-rotation q and k, the two residual
   // branches), rewritten by every layer.
   float *q_pre_, *k_pre_, *branch_;

@@ -61,13 +61,17 @@ class Bf16Numerics final : public Numerics {
     fast_->layernorm_backward(dinp, dweight, dbias, dout, inp, weight, mean, rstd, N, C);
   }
 
-  void linear_forward(float* out, const float* inp, const float* weight, const float* bias, int N,
-                      int IC, int OC) override {
-    k::bf16_linear_forward(out, inp, weight, bias, N, IC, OC, scratch_for(N, IC, OC));
+  size_t linear_saved_floats(int N, int IC, int OC) const override {
+    return k::bf16_linear_saved_floats(N, IC, OC);
+  }
+  void linear_forward(float* out, float* saved, const float* inp, const float* weight,
+                      const float* bias, int N, int IC, int OC) override {
+    k::bf16_linear_forward(out, saved, inp, weight, bias, N, IC, OC, scratch_for(N, IC, OC));
   }
   void linear_backward(float* dinp, float* dweight, float* dbias, const float* dout,
-                       const float* inp, const float* weight, int N, int IC, int OC) override {
-    k::bf16_linear_backward(dinp, dweight, dbias, dout, inp, weight, N, IC, OC,
+                       const float* inp, const float* weight, const float* saved, int N, int IC,
+                       int OC) override {
+    k::bf16_linear_backward(dinp, dweight, dbias, dout, inp, weight, saved, N, IC, OC,
                             scratch_for(N, IC, OC));
   }
 

@@ -50,17 +50,18 @@ class FastNumerics final : public Numerics {
     k::layernorm_backward(dinp, dweight, dbias, dout, inp, weight, mean, rstd, N, C);
   }
 
-  void linear_forward(float* out, const float* inp, const float* weight, const float* bias, int N,
-                      int IC, int OC) override {
+  void linear_forward(float* out, float* /*saved*/, const float* inp, const float* weight,
+                      const float* bias, int N, int IC, int OC) override {
     k::linear_forward(out, inp, weight, bias, N, IC, OC);
   }
   void linear_backward(float* dinp, float* dweight, float* dbias, const float* dout,
-                       const float* inp, const float* weight, int N, int IC, int OC) override {
+                       const float* inp, const float* weight, const float* /*saved*/, int N,
+                       int IC, int OC) override {
     k::linear_backward(dinp, dweight, dbias, dout, inp, weight, N, IC, OC);
   }
 
   size_t attention_saved_floats(int B, int T, int C, int NH) const override {
-    return k::attention_saved_floats(B, T, NH);
+    return k::attention_saved_floats(B, T, C, NH);
   }
   void attention_forward(float* out, float* saved, const float* qkv, int B, int T, int C,
                          int NH) override {

@@ -71,13 +71,22 @@ class Numerics {
                                   const float* rstd, int N, int C) = 0;
 
   // --- linear: out[N,OC] = inp[N,IC] @ weight[OC,IC]^T + bias[OC] (bias may be null) -----
-  virtual void linear_forward(float* out, const float* inp, const float* weight,
+  // saved: linear_saved_floats(N, IC, OC) floats that forward fills for the backward of the
+  // same inp and weight (the bf16 profile keeps its bf16 copies of both there, so backward
+  // does not convert them again). Null in forward when no backward follows (inference); null
+  // in backward makes the profile work from inp and weight alone.
+  virtual size_t linear_saved_floats(int N, int IC, int OC) const {
+    (void)N, (void)IC, (void)OC;
+    return 0;
+  }
+  virtual void linear_forward(float* out, float* saved, const float* inp, const float* weight,
                               const float* bias, int N, int IC, int OC) = 0;
   // dinp[N,IC] = dout @ weight; dweight[OC,IC] = dout^T @ inp; dbias[OC] = sum_n dout.
-  // dinp may be null (not needed), dbias null when there is no bias.
+  // dinp may be null (not needed), dbias null when there is no bias. inp and weight must be
+  // what the forward that filled saved read, unchanged since.
   virtual void linear_backward(float* dinp, float* dweight, float* dbias, const float* dout,
-                               const float* inp, const float* weight, int N, int IC,
-                               int OC) = 0;
+                               const float* inp, const float* weight, const float* saved, int N,
+                               int IC, int OC) = 0;
 
   // --- causal multi-head self-attention ---------------------------------------------------
   // qkv[B,T,3C] holds q | k | v, each [B,T,NH,hd]; out[B,T,C] = softmax(q k^T / sqrt(hd) +

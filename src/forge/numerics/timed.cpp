@@ -32,15 +32,16 @@ void TimedNumerics::layernorm_backward(float* dinp, float* dw, float* db, const 
   timed("layernorm bwd",
         [&] { inner_->layernorm_backward(dinp, dw, db, dout, inp, w, mean, rstd, N, C); });
 }
-void TimedNumerics::linear_forward(float* out, const float* inp, const float* w, const float* b,
-                                   int N, int IC, int OC) {
+void TimedNumerics::linear_forward(float* out, float* saved, const float* inp, const float* w,
+                                   const float* b, int N, int IC, int OC) {
   timed(OC > 4 * IC ? "lm head fwd" : "linear fwd",
-        [&] { inner_->linear_forward(out, inp, w, b, N, IC, OC); });
+        [&] { inner_->linear_forward(out, saved, inp, w, b, N, IC, OC); });
 }
 void TimedNumerics::linear_backward(float* dinp, float* dw, float* db, const float* dout,
-                                    const float* inp, const float* w, int N, int IC, int OC) {
+                                    const float* inp, const float* w, const float* saved, int N,
+                                    int IC, int OC) {
   timed(OC > 4 * IC ? "lm head bwd" : "linear bwd",
-        [&] { inner_->linear_backward(dinp, dw, db, dout, inp, w, N, IC, OC); });
+        [&] { inner_->linear_backward(dinp, dw, db, dout, inp, w, saved, N, IC, OC); });
 }
 void TimedNumerics::attention_forward(float* out, float* saved, const float* qkv, int B, int T,
                                       int C, int NH) {

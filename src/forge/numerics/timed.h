@@ -29,10 +29,14 @@ class TimedNumerics final : public Numerics {
   void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* dout,
                           const float* inp, const float* weight, const float* mean,
                           const float* rstd, int N, int C) override;
-  void linear_forward(float* out, const float* inp, const float* weight, const float* bias,
-                      int N, int IC, int OC) override;
+  size_t linear_saved_floats(int N, int IC, int OC) const override {
+    return inner_->linear_saved_floats(N, IC, OC);
+  }
+  void linear_forward(float* out, float* saved, const float* inp, const float* weight,
+                      const float* bias, int N, int IC, int OC) override;
   void linear_backward(float* dinp, float* dweight, float* dbias, const float* dout,
-                       const float* inp, const float* weight, int N, int IC, int OC) override;
+                       const float* inp, const float* weight, const float* saved, int N, int IC,
+                       int OC) override;
   size_t attention_saved_floats(int B, int T, int C, int NH) const override {
     return inner_->attention_saved_floats(B, T, C, NH);
   }

@@ -82,13 +82,13 @@ class TorchCpuNumerics final : public Numerics {
                              ln_scratch_.data());
   }
 
-  void linear_forward(float* out, const float* inp, const float* weight, const float* bias,
-                      int N, int IC, int OC) override {
+  void linear_forward(float* out, float* /*saved*/, const float* inp, const float* weight,
+                      const float* bias, int N, int IC, int OC) override {
     tcpu::linear_forward(out, inp, weight, bias, N, IC, OC);
   }
   void linear_backward(float* dinp, float* dweight, float* dbias, const float* dout,
-                       const float* inp, const float* weight, int N, int IC,
-                       int OC) override {
+                       const float* inp, const float* weight, const float* /*saved*/, int N,
+                       int IC, int OC) override {
     tcpu::linear_backward(dinp, dweight, dbias, dout, inp, weight, N, IC, OC);
   }
 
