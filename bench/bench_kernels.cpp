@@ -152,7 +152,7 @@ void BM_AttentionFused(benchmark::State& state, AttentionShape a, bool backward)
   const size_t rows = size_t(a.B) * a.T;
   auto qkv = random_floats(rows * 3 * a.C, 5);
   auto dout = random_floats(rows * a.C, 6);
-  std::vector<float> out(rows * a.C), lse(cpu::attention_saved_floats(a.B, a.T, a.NH)),
+  std::vector<float> out(rows * a.C), lse(cpu::attention_saved_floats(a.B, a.T, a.C, a.NH)),
       dqkv(rows * 3 * a.C);
   cpu::attention_forward(out.data(), lse.data(), qkv.data(), a.B, a.T, a.C, a.NH);
   for (auto _ : state) {

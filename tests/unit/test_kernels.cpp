@@ -206,7 +206,7 @@ struct AttentionResult {
 
 AttentionResult run_cpu_attention(const Floats& qkv, const Floats& dout, int B, int T, int C,
                                   int NH) {
-  Floats out(B * T * C), lse(cpu::attention_saved_floats(B, T, NH)), dqkv(B * T * 3 * C, 9.0f);
+  Floats out(B * T * C), lse(cpu::attention_saved_floats(B, T, C, NH)), dqkv(B * T * 3 * C, 9.0f);
   cpu::attention_forward(out.data(), lse.data(), qkv.data(), B, T, C, NH);
   cpu::attention_backward(dqkv.data(), dout.data(), qkv.data(), out.data(), lse.data(), B, T, C,
                           NH);
@@ -468,8 +468,9 @@ TEST(Kernels, FastProfileIsRegistered) {
   auto fast = forge::make_numerics("fast");
   ASSERT_NE(fast, nullptr);
   EXPECT_EQ(fast->name(), "fast");
-  // The fused attention keeps one log-sum-exp per (b, h, t), never a T x T matrix.
-  EXPECT_EQ(fast->attention_saved_floats(2, 256, 384, 6), 2u * 6 * 256);
+  // The fused attention keeps one log-sum-exp per (b, h, t) and the transposed keys and
+  // values, never a T x T matrix.
+  EXPECT_EQ(fast->attention_saved_floats(2, 256, 384, 6), 2u * (6 * 256 + 2 * 384 * 272));
   EXPECT_EQ(fast->classifier_saved_floats(512, 50257, 50304), 512u);
   try {
     forge::make_numerics("fastest");

@@ -97,13 +97,13 @@ namespace cpu {
 #define FORGE_ISA_SOURCE "forge/kernels/cpu/attention.inc"
 #include "forge/kernels/cpu/for_each_isa.inc"
 
-void attention_forward(float* out, float* lse, const float* qkv, int B, int T, int C, int NH) {
-  FORGE_SIMD_DISPATCH(attention_forward(out, lse, qkv, B, T, C, NH));
+void attention_forward(float* out, float* saved, const float* qkv, int B, int T, int C, int NH) {
+  FORGE_SIMD_DISPATCH(attention_forward(out, saved, qkv, B, T, C, NH));
 }
 
 void attention_backward(float* dqkv, const float* dout, const float* qkv, const float* out,
-                        const float* lse, int B, int T, int C, int NH) {
-  FORGE_SIMD_DISPATCH(attention_backward(dqkv, dout, qkv, out, lse, B, T, C, NH));
+                        const float* saved, int B, int T, int C, int NH) {
+  FORGE_SIMD_DISPATCH(attention_backward(dqkv, dout, qkv, out, saved, B, T, C, NH));
 }
 
 }  // namespace cpu
