@@ -78,12 +78,11 @@ Gpt2::Gpt2(const ModelConfig& config, int B, int T, Numerics& numerics)
   logits_ = take(N * Vp); xent_saved_ = take(xent_saved); head_saved_ = take(lin_saved(C, Vp));
   FORGE_CHECK(cursor <= acts_arena_.data() + acts_arena_.size(), "activation plan overflow");
 
-  scratch_arena_.resize(align(N * C) * 4 + align(N * 3 * C) + align(N * 4 * C) * 2 +
-                        align(N * Vp));
+  scratch_arena_.resize(align(N * C) * 4 + align(N * 3 * C) + align(N * 4 * C) * 2);
   cursor = scratch_arena_.data();
   d_res_ = take(N * C); d_tmp_ = take(N * C); d_ln_ = take(N * C); d_sdpa_ = take(N * C);
   d_qkv_ = take(N * 3 * C); d_fc_ = take(N * 4 * C); d_gelu_ = take(N * 4 * C);
-  d_logits_ = take(N * Vp);
+  d_logits_ = logits_;  // overwritten in place by the classifier's backward
   tokens_.resize(N);
   targets_.resize(N);
   kv_cache_.resize(static_cast<size_t>(L) * 2 * T * C);

@@ -99,14 +99,14 @@ Llama::Llama(const ModelConfig& config, int B, int T, Numerics& numerics)
   FORGE_CHECK(cursor <= acts_arena_.data() + acts_arena_.size(), "activation plan overflow");
 
   scratch_arena_.resize(align(N * C) * 4 + align(N * Dq_) * 5 + align(N * Dkv_) * 4 +
-                        align(N * F_) * 3 + align(N * Vp));
+                        align(N * F_) * 3);
   cursor = scratch_arena_.data();
   q_pre_ = take(N * Dq_); k_pre_ = take(N * Dkv_); branch_ = take(N * C);
   d_res_ = take(N * C); d_tmp_ = take(N * C); d_ln_ = take(N * C);
   d_sdpa_ = take(N * Dq_); d_qrot_ = take(N * Dq_); d_q_ = take(N * Dq_);
   d_krot_ = take(N * Dkv_); d_k_ = take(N * Dkv_); d_v_ = take(N * Dkv_);
   d_gate_ = take(N * F_); d_up_ = take(N * F_); d_act_ = take(N * F_);
-  d_logits_ = take(N * Vp);
+  d_logits_ = logits_;  // overwritten in place by the classifier's backward
   FORGE_CHECK(cursor <= scratch_arena_.data() + scratch_arena_.size(), "scratch plan overflow");
   tokens_.resize(N);
   targets_.resize(N);

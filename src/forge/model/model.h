@@ -37,7 +37,8 @@ class Model {
   // dloss * d(loss)/d(params) of the last forward, OVERWRITTEN into grads (flat buffer with
   // the parameter layout).
   virtual void backward(float dloss, float* grads) = 0;
-  // [B, T, Vp] logits of the last forward.
+  // [B, T, Vp] logits of the last forward; a backward since has overwritten them with their
+  // gradient (the two share one buffer).
   virtual const float* logits() const = 0;
   virtual void set_recorder(ActivationRecorder* r) = 0;
 

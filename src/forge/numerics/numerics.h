@@ -72,8 +72,8 @@ class Numerics {
 
   // --- linear: out[N,OC] = inp[N,IC] @ weight[OC,IC]^T + bias[OC] (bias may be null) -----
   // saved: linear_saved_floats(N, IC, OC) floats that forward fills for the backward of the
-  // same inp and weight (the bf16 profile keeps its bf16 copies of both there, so backward
-  // does not convert them again). Null in forward when no backward follows (inference); null
+  // same inp and weight (the bf16 profile keeps its bf16 copy of inp there, so backward does
+  // not convert it again). Null in forward when no backward follows (inference); null
   // in backward makes the profile work from inp and weight alone.
   virtual size_t linear_saved_floats(int N, int IC, int OC) const {
     (void)N, (void)IC, (void)OC;
@@ -113,7 +113,9 @@ class Numerics {
   virtual size_t classifier_saved_floats(int N, int V, int Vp) const = 0;
   virtual float cross_entropy_forward(float* saved, const float* logits, const int32_t* targets,
                                       int N, int V, int Vp) = 0;
-  // dlogits[N,Vp] = dloss * d(mean loss)/d(logits); padded columns get 0.
+  // dlogits[N,Vp] = dloss * d(mean loss)/d(logits); padded columns get 0. dlogits may be
+  // logits itself (the models overwrite the logits with their gradient: at GPT-2's vocabulary
+  // a second N x Vp buffer is the largest single activation).
   virtual void cross_entropy_backward(float* dlogits, const float* logits, const float* saved,
                                       const int32_t* targets, int N, int V, int Vp,
                                       float dloss) = 0;
