@@ -167,8 +167,8 @@ void check_bf16_linear(int N, int IC, int OC, bool with_bias, bool with_dinp) {
                             saved.data(), N, IC, OC, scratch.data());
 
   // Without saved state (inference's forward, a backward converting its own operands): the
-  // same operands, so the same bits. Backward is fed inputs the saved copies no longer match,
-  // to show that with saved state it reads them and not inp and weight.
+  // same operands, so the same bits. Backward is then fed an inp the saved copy no longer
+  // matches, to show that with saved state it reads the copy and not inp.
   {
     Floats out2(out.size()), dx2(dx.size(), 5.0f), dw2(dw.size()), db2(db.size(), 5.0f);
     cpu::bf16_linear_forward(out2.data(), nullptr, x.data(), w.data(), bias, N, IC, OC,
@@ -180,10 +180,10 @@ void check_bf16_linear(int N, int IC, int OC, bool with_bias, bool with_dinp) {
     EXPECT_EQ(dx2, dx);
     EXPECT_EQ(dw2, dw);
     EXPECT_EQ(db2, db);
-    const Floats zeros_x(x.size(), 0.0f), zeros_w(w.size(), 0.0f);
+    const Floats zeros_x(x.size(), 0.0f);
     cpu::bf16_linear_backward(with_dinp ? dx2.data() : nullptr, dw2.data(),
                               with_bias ? db2.data() : nullptr, dout.data(), zeros_x.data(),
-                              zeros_w.data(), saved.data(), N, IC, OC, scratch.data());
+                              w.data(), saved.data(), N, IC, OC, scratch.data());
     EXPECT_EQ(dx2, dx);
     EXPECT_EQ(dw2, dw);
   }

@@ -72,14 +72,14 @@ void gemm_bf16(bool transA, bool transB, int M, int N, int K, const uint16_t* A,
 
 // Scratch the two linear kernels need, in floats, for shapes up to N x IC x OC.
 size_t bf16_linear_scratch_floats(int N, int IC, int OC);
-// What forward keeps for backward, in floats: its converted inp and weight (packed bf16 on
-// the native path, half the floats), so that backward converts only dout.
+// What forward keeps for backward, in floats: its converted inp (packed bf16 on the native
+// path, half the floats), so that backward does not convert it again.
 size_t bf16_linear_saved_floats(int N, int IC, int OC);
 
 // kernels/linear.h's forward and backward with bf16-rounded operands, fp32 accumulation.
 // scratch: bf16_linear_scratch_floats(N, IC, OC) floats, not aliasing any argument.
 // saved: bf16_linear_saved_floats(N, IC, OC) floats, or null: forward then keeps nothing, and
-// backward converts inp and weight itself. Backward's inp and weight must be forward's.
+// backward converts inp itself. Backward's inp must be forward's.
 void bf16_linear_forward(float* out, float* saved, const float* inp, const float* weight,
                          const float* bias, int N, int IC, int OC, float* scratch);
 void bf16_linear_backward(float* dinp, float* dweight, float* dbias, const float* dout,
