@@ -92,6 +92,18 @@ void LayerNormMatchesFloat64_body() {
   EXPECT_LT(rel_l2(dx, dx64), 1e-5);
   EXPECT_LT(rel_l2(dw, dw64), 1e-5);
   EXPECT_LT(rel_l2(db, db64), kTol);
+
+  // With a residual gradient folded in (the compiler may fuse the add into the last multiply,
+  // so the bits can differ from adding afterwards; the math may not).
+  const Floats dres = random_floats(N * C, 14);
+  Floats fused(N * C), dw2(C), db2(C);
+  cpu::layernorm_backward_residual(fused.data(), dw2.data(), db2.data(), dout.data(), x.data(),
+                                   w.data(), mean.data(), rstd.data(), dres.data(), N, C);
+  Doubles sum64 = widen(dres);
+  for (size_t i = 0; i < sum64.size(); ++i) sum64[i] += dx64[i];
+  EXPECT_LT(rel_l2(fused, sum64), 1e-5);
+  EXPECT_EQ(dw2, dw);
+  EXPECT_EQ(db2, db);
 }
 
 TEST(Kernels, LayerNormMatchesFloat64) { for_each_isa(LayerNormMatchesFloat64_body); }

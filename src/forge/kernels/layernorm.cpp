@@ -83,7 +83,14 @@ void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* 
                         const float* inp, const float* weight, const float* mean,
                         const float* rstd, int N, int C) {
   FORGE_SIMD_DISPATCH(
-      layernorm_backward(dinp, dweight, dbias, dout, inp, weight, mean, rstd, N, C));
+      layernorm_backward(dinp, dweight, dbias, dout, inp, weight, mean, rstd, nullptr, N, C));
+}
+
+void layernorm_backward_residual(float* dinp, float* dweight, float* dbias, const float* dout,
+                                 const float* inp, const float* weight, const float* mean,
+                                 const float* rstd, const float* dresidual, int N, int C) {
+  FORGE_SIMD_DISPATCH(
+      layernorm_backward(dinp, dweight, dbias, dout, inp, weight, mean, rstd, dresidual, N, C));
 }
 
 }  // namespace cpu

@@ -1,6 +1,7 @@
 #include "forge/model/gpt2.h"
 
 #include <algorithm>
+#include <utility>
 #include <cmath>
 #include <cstring>
 
@@ -230,9 +231,10 @@ void Gpt2::backward(float dloss, float* grads) {
     record(h + "mlp.c_fc", d_fc_, {B, T, 4 * C});
     nx_.linear_backward(d_ln_, g.fc_w, g.fc_b, d_fc_, a.ln2, w.fc_w, a.fc_saved, N, C, 4 * C);
     record(h + "ln_2", d_ln_, btc);
-    nx_.layernorm_backward(d_tmp_, (g.ln2_w), (g.ln2_b),
-                           d_ln_, a.res1, w.ln2_w, a.ln2_mean, a.ln2_rstd, N, C);
-    nx_.add_inplace(d_res_, d_tmp_, NC);  // d(res1) = d(res2) + d(through ln_2)
+    // d(res1) = d(res2) + d(through ln_2)
+    nx_.layernorm_backward_residual(d_tmp_, g.ln2_w, g.ln2_b, d_ln_, a.res1, w.ln2_w,
+                                    a.ln2_mean, a.ln2_rstd, d_res_, N, C);
+    std::swap(d_res_, d_tmp_);
     record(h + "res_1", d_res_, btc);
     record(h + "attn.c_proj", d_res_, btc);
     // attention branch: res1 = x + c_proj(attention(c_attn(ln_1(x))))
@@ -244,9 +246,10 @@ void Gpt2::backward(float dloss, float* grads) {
     nx_.linear_backward(d_ln_, g.qkv_w, g.qkv_b, d_qkv_, a.ln1, w.qkv_w, a.qkv_saved, N, C,
                         3 * C);
     record(h + "ln_1", d_ln_, btc);
-    nx_.layernorm_backward(d_tmp_, (g.ln1_w), (g.ln1_b),
-                           d_ln_, x_in, w.ln1_w, a.ln1_mean, a.ln1_rstd, N, C);
-    nx_.add_inplace(d_res_, d_tmp_, NC);  // d(x) = d(res1) + d(through ln_1)
+    // d(x) = d(res1) + d(through ln_1)
+    nx_.layernorm_backward_residual(d_tmp_, g.ln1_w, g.ln1_b, d_ln_, x_in, w.ln1_w, a.ln1_mean,
+                                    a.ln1_rstd, d_res_, N, C);
+    std::swap(d_res_, d_tmp_);
   }
   record("actgrad.embed", d_res_, btc);
   const int32_t* tokens = tokens_.data();

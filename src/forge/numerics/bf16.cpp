@@ -60,6 +60,13 @@ class Bf16Numerics final : public Numerics {
                           const float* rstd, int N, int C) override {
     fast_->layernorm_backward(dinp, dweight, dbias, dout, inp, weight, mean, rstd, N, C);
   }
+  void layernorm_backward_residual(float* dinp, float* dweight, float* dbias, const float* dout,
+                                   const float* inp, const float* weight, const float* mean,
+                                   const float* rstd, const float* dresidual, int N,
+                                   int C) override {
+    fast_->layernorm_backward_residual(dinp, dweight, dbias, dout, inp, weight, mean, rstd,
+                                       dresidual, N, C);
+  }
 
   size_t linear_saved_floats(int N, int IC, int OC) const override {
     return k::bf16_linear_saved_floats(N, IC, OC);

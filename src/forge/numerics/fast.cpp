@@ -49,6 +49,13 @@ class FastNumerics final : public Numerics {
                           const float* rstd, int N, int C) override {
     k::layernorm_backward(dinp, dweight, dbias, dout, inp, weight, mean, rstd, N, C);
   }
+  void layernorm_backward_residual(float* dinp, float* dweight, float* dbias, const float* dout,
+                                   const float* inp, const float* weight, const float* mean,
+                                   const float* rstd, const float* dresidual, int N,
+                                   int C) override {
+    k::layernorm_backward_residual(dinp, dweight, dbias, dout, inp, weight, mean, rstd,
+                                   dresidual, N, C);
+  }
 
   void linear_forward(float* out, float* /*saved*/, const float* inp, const float* weight,
                       const float* bias, int N, int IC, int OC) override {

@@ -21,6 +21,15 @@ void Numerics::rmsnorm_backward(float* dinp, float* dweight, const float* dout, 
   k::rmsnorm_backward(dinp, dweight, dout, inp, weight, rstd, N, C);
 }
 
+void Numerics::layernorm_backward_residual(float* dinp, float* dweight, float* dbias,
+                                           const float* dout, const float* inp,
+                                           const float* weight, const float* mean,
+                                           const float* rstd, const float* dresidual, int N,
+                                           int C) {
+  layernorm_backward(dinp, dweight, dbias, dout, inp, weight, mean, rstd, N, C);
+  add_inplace(dinp, dresidual, static_cast<size_t>(N) * C);
+}
+
 void Numerics::rmsnorm_backward_residual(float* dinp, float* dweight, const float* dout,
                                          const float* inp, const float* weight,
                                          const float* rstd, const float* dresidual, int N,

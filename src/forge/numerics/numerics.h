@@ -69,6 +69,14 @@ class Numerics {
   virtual void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* dout,
                                   const float* inp, const float* weight, const float* mean,
                                   const float* rstd, int N, int C) = 0;
+  // The same for an input that also feeds a residual add whose gradient dresidual reached it
+  // first (GPT-2's blocks): dinp = dresidual + d(inp). dinp must not alias dresidual or dout.
+  // The default is layernorm_backward, then add_inplace of dresidual.
+  virtual void layernorm_backward_residual(float* dinp, float* dweight, float* dbias,
+                                           const float* dout, const float* inp,
+                                           const float* weight, const float* mean,
+                                           const float* rstd, const float* dresidual, int N,
+                                           int C);
 
   // --- linear: out[N,OC] = inp[N,IC] @ weight[OC,IC]^T + bias[OC] (bias may be null) -----
   // saved: linear_saved_floats(N, IC, OC) floats that forward fills for the backward of the

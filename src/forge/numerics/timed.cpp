@@ -32,6 +32,15 @@ void TimedNumerics::layernorm_backward(float* dinp, float* dw, float* db, const 
   timed("layernorm bwd",
         [&] { inner_->layernorm_backward(dinp, dw, db, dout, inp, w, mean, rstd, N, C); });
 }
+void TimedNumerics::layernorm_backward_residual(float* dinp, float* dw, float* db,
+                                                const float* dout, const float* inp,
+                                                const float* w, const float* mean,
+                                                const float* rstd, const float* dres, int N,
+                                                int C) {
+  timed("layernorm bwd", [&] {
+    inner_->layernorm_backward_residual(dinp, dw, db, dout, inp, w, mean, rstd, dres, N, C);
+  });
+}
 void TimedNumerics::linear_forward(float* out, float* saved, const float* inp, const float* w,
                                    const float* b, int N, int IC, int OC) {
   timed(OC > 4 * IC ? "lm head fwd" : "linear fwd",

@@ -29,6 +29,10 @@ class TimedNumerics final : public Numerics {
   void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* dout,
                           const float* inp, const float* weight, const float* mean,
                           const float* rstd, int N, int C) override;
+  void layernorm_backward_residual(float* dinp, float* dweight, float* dbias, const float* dout,
+                                   const float* inp, const float* weight, const float* mean,
+                                   const float* rstd, const float* dresidual, int N,
+                                   int C) override;
   size_t linear_saved_floats(int N, int IC, int OC) const override {
     return inner_->linear_saved_floats(N, IC, OC);
   }
