@@ -3,7 +3,8 @@
 //  - every linear layer's three GEMMs (forward, dinp, dweight): OpenBLAS vs oneDNN (matmul
 //    primitive and dnnl_sgemm; built with FORGE_HAVE_DNNL) vs forge's own packed kernel;
 //  - attention, layernorm and the classifier: forge's fused kernels against the unfused
-//    sequence of GEMMs and passes a framework would run.
+//    sequence of GEMMs and passes a framework would run; attention also in bf16 (the `bf16`
+//    profile's kernel, on CPUs with avx512_bf16).
 // Counters: GFLOP/s for GEMMs and attention (causal half counted), GB/s for memory-bound ops.
 #include <benchmark/benchmark.h>
 #include <cblas.h>
@@ -16,6 +17,7 @@
 #include <vector>
 
 #include "forge/kernels/attention.h"
+#include "forge/kernels/attention_bf16.h"
 #include "forge/kernels/cross_entropy.h"
 #include "forge/kernels/gelu.h"
 #include "forge/kernels/gemm.h"
@@ -161,6 +163,34 @@ void BM_AttentionFused(benchmark::State& state, AttentionShape a, bool backward)
                               a.T, a.C, a.NH);
     else
       cpu::attention_forward(out.data(), lse.data(), qkv.data(), a.B, a.T, a.C, a.NH);
+    benchmark::ClobberMemory();
+  }
+  state.counters["GFLOP/s"] =
+      benchmark::Counter(attention_flops(a, backward) * state.iterations(),
+                         benchmark::Counter::kIsRate, benchmark::Counter::kIs1000);
+}
+
+// The bf16 kernels (the `bf16` profile's GPT-2 attention), same counters.
+void BM_AttentionBf16(benchmark::State& state, AttentionShape a, bool backward) {
+  if (!cpu::attention_bf16_available()) {
+    state.SkipWithError("no avx512_bf16 on this CPU");
+    return;
+  }
+  const size_t rows = size_t(a.B) * a.T;
+  const int threads = omp_get_max_threads();
+  auto qkv = random_floats(rows * 3 * a.C, 5);
+  auto dout = random_floats(rows * a.C, 6);
+  std::vector<float> out(rows * a.C), lse(cpu::attention_bf16_saved_floats(a.B, a.T, a.NH)),
+      dqkv(rows * 3 * a.C), ws(cpu::attention_bf16_workspace_floats(a.T, a.C, a.NH, threads));
+  cpu::attention_forward_bf16(out.data(), lse.data(), qkv.data(), a.B, a.T, a.C, a.NH, ws.data(),
+                              threads);
+  for (auto _ : state) {
+    if (backward)
+      cpu::attention_backward_bf16(dqkv.data(), dout.data(), qkv.data(), out.data(), lse.data(),
+                                   a.B, a.T, a.C, a.NH, ws.data(), threads);
+    else
+      cpu::attention_forward_bf16(out.data(), lse.data(), qkv.data(), a.B, a.T, a.C, a.NH,
+                                  ws.data(), threads);
     benchmark::ClobberMemory();
   }
   state.counters["GFLOP/s"] =
@@ -355,6 +385,12 @@ void register_all() {
     benchmark::RegisterBenchmark(("attention/fused/bwd/" + n).c_str(), BM_AttentionFused, a, true)
         ->Unit(benchmark::kMicrosecond)
         ->UseRealTime();
+    for (bool backward : {false, true})
+      benchmark::RegisterBenchmark(
+          (std::string("attention/bf16/") + (backward ? "bwd/" : "fwd/") + n).c_str(),
+          BM_AttentionBf16, a, backward)
+          ->Unit(benchmark::kMicrosecond)
+          ->UseRealTime();
   }
   for (auto [name, N, C] : {std::tuple{"small", 2048, 384}, std::tuple{"124m", 1024, 768}}) {
     const std::string n = name;

@@ -1,14 +1,19 @@
 // The `bf16` profile: the linear layers' matmuls take bf16 operands (inputs, weights and
-// output gradients rounded to nearest even) and accumulate in fp32; everything else -- norms,
-// softmax, attention, GELU, the loss, the fp32 master weights and AdamW state -- is the
-// `fast` profile's, to which this class forwards. See kernels/bf16_gemm.h for why an fp32
-// GEMM over rounded operands is exactly a bf16 dot product with fp32 accumulation.
+// output gradients rounded to nearest even) and accumulate in fp32; so do GPT-2 attention's
+// matmuls where the CPU has bf16 dot products (kernels/attention_bf16.h; softmax and its
+// statistics stay fp32). Everything else -- norms, softmax, GELU, the loss, Llama's
+// grouped-query attention, the fp32 master weights and AdamW state -- is the `fast`
+// profile's, to which this class forwards. See kernels/bf16_gemm.h for why an fp32 GEMM over
+// rounded operands is exactly a bf16 dot product with fp32 accumulation.
 #include <algorithm>
 #include <initializer_list>
 #include <memory>
 #include <vector>
 
+#include <omp.h>
+
 #include "forge/core/error.h"
+#include "forge/kernels/attention_bf16.h"
 #include "forge/kernels/bf16_gemm.h"
 #include "forge/numerics/profiles.h"
 
@@ -20,7 +25,11 @@ namespace k = kernels::cpu;
 
 class Bf16Numerics final : public Numerics {
  public:
-  Bf16Numerics() : fast_(make_fast_numerics()) {}
+  // Attention in bf16 where the CPU multiplies bf16 natively; without bf16 instructions it
+  // would be no faster than fp32, so it stays fp32 there (and with FORGE_BF16_NATIVE=0).
+  Bf16Numerics()
+      : fast_(make_fast_numerics()),
+        bf16_attention_(k::native_bf16_available() && k::attention_bf16_available()) {}
 
   std::string name() const override { return "bf16"; }
 
@@ -39,6 +48,11 @@ class Bf16Numerics final : public Numerics {
       need = std::max(need, k::bf16_linear_scratch_floats(rows, s.C, oc));
     for (int ic : {ffn, dq}) need = std::max(need, k::bf16_linear_scratch_floats(rows, ic, s.C));
     scratch_.assign(need, 0.0f);
+    if (bf16_attention_ && !s.llama) {
+      attention_threads_ = omp_get_max_threads();
+      attention_workspace_.assign(
+          k::attention_bf16_workspace_floats(s.T, s.C, s.NH, attention_threads_), 0.0f);
+    }
   }
 
   void embedding_forward(float* out, const int32_t* tokens, const float* wte, const float* wpe,
@@ -83,15 +97,21 @@ class Bf16Numerics final : public Numerics {
   }
 
   size_t attention_saved_floats(int B, int T, int C, int NH) const override {
-    return fast_->attention_saved_floats(B, T, C, NH);
+    return bf16_attention_ ? k::attention_bf16_saved_floats(B, T, NH)
+                           : fast_->attention_saved_floats(B, T, C, NH);
   }
   void attention_forward(float* out, float* saved, const float* qkv, int B, int T, int C,
                          int NH) override {
-    fast_->attention_forward(out, saved, qkv, B, T, C, NH);
+    if (!bf16_attention_) return fast_->attention_forward(out, saved, qkv, B, T, C, NH);
+    k::attention_forward_bf16(out, saved, qkv, B, T, C, NH, attention_workspace(T, C, NH),
+                              attention_threads_);
   }
   void attention_backward(float* dqkv, const float* dout, const float* qkv, const float* out,
                           const float* saved, int B, int T, int C, int NH) override {
-    fast_->attention_backward(dqkv, dout, qkv, out, saved, B, T, C, NH);
+    if (!bf16_attention_)
+      return fast_->attention_backward(dqkv, dout, qkv, out, saved, B, T, C, NH);
+    k::attention_backward_bf16(dqkv, dout, qkv, out, saved, B, T, C, NH,
+                               attention_workspace(T, C, NH), attention_threads_);
   }
 
   void gelu_forward(float* out, const float* inp, size_t n) override {
@@ -176,8 +196,21 @@ class Bf16Numerics final : public Numerics {
     return scratch_.data();
   }
 
+  // The planned workspace of the bf16 attention, checked like scratch_for.
+  float* attention_workspace(int T, int C, int NH) {
+    const size_t need = k::attention_bf16_workspace_floats(T, C, NH, attention_threads_);
+    if (attention_threads_ == 0 || need > attention_workspace_.size())
+      fail("numerics 'bf16': attention over T={} C={} NH={} needs {} workspace floats, plan() "
+           "reserved {}",
+           T, C, NH, need, attention_workspace_.size());
+    return attention_workspace_.data();
+  }
+
   std::unique_ptr<Numerics> fast_;
+  const bool bf16_attention_;
   std::vector<float> scratch_;
+  std::vector<float> attention_workspace_;
+  int attention_threads_ = 0;
 };
 
 }  // namespace

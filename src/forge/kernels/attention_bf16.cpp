@@ -1,0 +1,375 @@
+#include "forge/kernels/attention_bf16.h"
+
+#include <immintrin.h>
+#include <omp.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+
+#include "forge/core/error.h"
+#include "forge/kernels/attention.h"
+#include "forge/kernels/cpu/dispatch.h"
+#include "forge/kernels/cpu/simd.h"
+
+// The kernels below are compiled for AVX-512 with bf16 dot products whatever the build's
+// flags (the headers above are not); they run only after attention_bf16_available().
+#pragma GCC push_options
+#pragma GCC target("avx512f,avx512dq,avx512bw,avx512vl,avx512bf16,avx2,fma")
+// GCC 12 reports the deliberately undefined vectors inside its own AVX-512 intrinsics
+// (_mm512_undefined_*) as uninitialised once they are inlined under this target.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+
+namespace forge::kernels::cpu {
+
+namespace {
+
+namespace simd = ::forge::kernels::simd::avx512;
+#include "forge/kernels/cpu/attention_rows.inc"
+
+constexpr int kQTile = 32;  // queries per tile (even: pairs of queries never straddle tiles)
+constexpr int kKTile = 64;  // keys per tile (even, likewise)
+
+size_t round16(size_t n) { return (n + 15) / 16 * 16; }
+
+// A 4-byte word of a pack (pairs of bf16 written through other types): read by bytes.
+inline uint32_t word(const uint32_t* p) {
+  uint32_t v;
+  std::memcpy(&v, p, sizeof v);
+  return v;
+}
+
+inline __mmask16 first_lanes(int n) {
+  return n >= 16 ? static_cast<__mmask16>(0xFFFF) : static_cast<__mmask16>((1u << n) - 1);
+}
+
+// bf16 bits (round to nearest even) of n <= 16 floats, as 16-bit lanes; zero past n.
+inline __m256i to_bf16_lanes(const float* x, int n) {
+  return (__m256i)_mm512_cvtneps_pbh(_mm512_maskz_loadu_ps(first_lanes(n), x));
+}
+
+// --- packs -------------------------------------------------------------------------------
+// The product C[M, N] += A[M, K] B[K, N] on VDPBF16PS takes A as rows of bf16 pairs along K
+// (word (m, p) = A[m][2p] | A[m][2p + 1] << 16) and B as pairs along K ("VNNI": word (p, n) =
+// B[2p][n] | B[2p + 1][n] << 16). An odd K gets a zero partner.
+
+// dst[t * ceil(n / 2) + p] = pair (2p, 2p + 1) of bf16(src[t * stride + 0..n)), t < rows.
+void pack_rows(uint32_t* dst, const float* src, size_t stride, int rows, int n) {
+  const int pairs = (n + 1) / 2;
+  for (int t = 0; t < rows; ++t) {
+    uint32_t* o = dst + static_cast<size_t>(t) * pairs;
+    const float* x = src + static_cast<size_t>(t) * stride;
+    for (int d = 0; d < n; d += 32) {
+      // 32 values in order are 16 words; an odd tail's missing partner converts as zero.
+      const int m = std::min(32, n - d);
+      const __m256i lo = to_bf16_lanes(x + d, std::min(16, m));
+      const __m256i hi = m > 16 ? to_bf16_lanes(x + d + 16, m - 16) : _mm256_setzero_si256();
+      const __m512i packed = _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
+      _mm512_mask_storeu_epi32(o + d / 2, first_lanes((m + 1) / 2), packed);
+    }
+  }
+}
+
+// dst[q * ldd + j] = bf16(src[2q][j]) | bf16(src[2q + 1][j]) << 16 for q < ceil(rows / 2),
+// j < n; a missing odd row is zero. Rows of src are `stride` floats apart.
+void pack_vnni(uint32_t* dst, size_t ldd, const float* src, size_t stride, int rows, int n) {
+  for (int q = 0; q < (rows + 1) / 2; ++q) {
+    const float* a = src + static_cast<size_t>(2 * q) * stride;
+    const bool has_b = 2 * q + 1 < rows;
+    uint32_t* o = dst + static_cast<size_t>(q) * ldd;
+    for (int j = 0; j < n; j += 16) {
+      const int m = std::min(16, n - j);
+      const __m512i lo = _mm512_cvtepu16_epi32(to_bf16_lanes(a + j, m));
+      const __m512i hi =
+          has_b ? _mm512_cvtepu16_epi32(to_bf16_lanes(a + stride + j, m)) : _mm512_setzero_si512();
+      _mm512_mask_storeu_epi32(o + j, first_lanes(m), _mm512_or_si512(lo, _mm512_slli_epi32(hi, 16)));
+    }
+  }
+}
+
+// --- the tile product ------------------------------------------------------------------
+// C[M, N] += A B over K2 pairs: A rows of words (lda words apart), B words [K2][ldb], C fp32.
+
+template <int MR, int NV>
+[[gnu::always_inline]] inline void micro(int K2, const uint32_t* A, size_t lda, const uint32_t* B,
+                                         size_t ldb, float* C, size_t ldc, __mmask16 last) {
+  __m512 c[MR][NV];
+  for (int r = 0; r < MR; ++r)
+    for (int v = 0; v < NV; ++v)
+      c[r][v] = _mm512_maskz_loadu_ps(v == NV - 1 ? last : 0xFFFF, C + r * ldc + v * 16);
+  for (int k = 0; k < K2; ++k) {
+    __m512i b[NV];
+    for (int v = 0; v < NV; ++v)
+      b[v] = _mm512_maskz_loadu_epi32(v == NV - 1 ? last : 0xFFFF, B + k * ldb + v * 16);
+    for (int r = 0; r < MR; ++r) {
+      const __m512i a = _mm512_set1_epi32(static_cast<int>(word(A + r * lda + k)));
+      for (int v = 0; v < NV; ++v)
+        c[r][v] = _mm512_dpbf16_ps(c[r][v], (__m512bh)a, (__m512bh)b[v]);
+    }
+  }
+  for (int r = 0; r < MR; ++r)
+    for (int v = 0; v < NV; ++v)
+      _mm512_mask_storeu_ps(C + r * ldc + v * 16, v == NV - 1 ? last : 0xFFFF, c[r][v]);
+}
+
+template <int NV>
+void rows_of(int M, int K2, const uint32_t* A, size_t lda, const uint32_t* B, size_t ldb,
+             float* C, size_t ldc, __mmask16 last) {
+  // 6 rows x 4 vectors = 24 accumulators beside 4 B vectors and the broadcast.
+  int m = 0;
+  for (; m + 6 <= M; m += 6) micro<6, NV>(K2, A + m * lda, lda, B, ldb, C + m * ldc, ldc, last);
+  for (; m + 2 <= M; m += 2) micro<2, NV>(K2, A + m * lda, lda, B, ldb, C + m * ldc, ldc, last);
+  for (; m < M; ++m) micro<1, NV>(K2, A + m * lda, lda, B, ldb, C + m * ldc, ldc, last);
+}
+
+void gemm_acc(int M, int N, int K2, const uint32_t* A, size_t lda, const uint32_t* B, size_t ldb,
+              float* C, size_t ldc) {
+  for (int n0 = 0; n0 < N; n0 += 64) {
+    const int nn = std::min(64, N - n0), nv = (nn + 15) / 16;
+    const __mmask16 last = first_lanes(nn - (nv - 1) * 16);
+    switch (nv) {
+      case 4: rows_of<4>(M, K2, A, lda, B + n0, ldb, C + n0, ldc, last); break;
+      case 3: rows_of<3>(M, K2, A, lda, B + n0, ldb, C + n0, ldc, last); break;
+      case 2: rows_of<2>(M, K2, A, lda, B + n0, ldb, C + n0, ldc, last); break;
+      default: rows_of<1>(M, K2, A, lda, B + n0, ldb, C + n0, ldc, last); break;
+    }
+  }
+}
+
+// --- one head --------------------------------------------------------------------------
+
+// Sizes of one head's packs, in 4-byte words.
+struct Geometry {
+  int T, hd, hp2, T2;  // hp2 = pairs per row of a head, T2 = pairs of positions
+  size_t ldt, ldt2;    // strides of the transposed packs (padded against L1 set conflicts)
+  Geometry(int T_, int hd_)
+      : T(T_), hd(hd_), hp2((hd_ + 1) / 2), T2((T_ + 1) / 2),
+        ldt(attention_key_stride(T_)), ldt2(attention_key_stride((T_ + 1) / 2)) {}
+  size_t rows() const { return round16(static_cast<size_t>(T) * hp2); }
+  size_t pairs_t() const { return round16(static_cast<size_t>(hp2) * ldt); }
+  size_t vnni() const { return round16(static_cast<size_t>(T2) * hd); }
+  size_t vnni_t() const { return round16(static_cast<size_t>(hd) * ldt2); }
+  size_t acc_t() const { return round16(static_cast<size_t>(hd) * ldt); }
+  size_t per_thread() const {
+    return 3 * rows() + 2 * pairs_t() + 2 * vnni() + 2 * vnni_t() + 2 * acc_t();
+  }
+};
+
+// One thread's share of the workspace.
+struct Packs {
+  uint32_t *q_rows, *dout_rows, *tmp_rows;  // [T][hp2]
+  uint32_t *k_t, *v_t;                      // [hp2][ldt]: pairs along the head dim, transposed
+  uint32_t *kv_vnni, *tmp_vnni;             // [T2][hd]: pairs of positions
+  uint32_t *q_vnni_t, *dout_vnni_t;         // [hd][ldt2]
+  float *dk_t, *dv_t;                       // [hd][ldt] fp32 accumulators
+  Packs(float* at, const Geometry& g) {
+    auto take = [&](size_t words) {
+      uint32_t* p = reinterpret_cast<uint32_t*>(at);
+      at += words;
+      return p;
+    };
+    q_rows = take(g.rows()), dout_rows = take(g.rows()), tmp_rows = take(g.rows());
+    k_t = take(g.pairs_t()), v_t = take(g.pairs_t());
+    kv_vnni = take(g.vnni()), tmp_vnni = take(g.vnni());
+    q_vnni_t = take(g.vnni_t()), dout_vnni_t = take(g.vnni_t());
+    dk_t = reinterpret_cast<float*>(take(g.acc_t()));
+    dv_t = reinterpret_cast<float*>(take(g.acc_t()));
+  }
+};
+
+struct Tiles {
+  float scores[kQTile * kKTile];   // S, then P
+  float dscores[kQTile * kKTile];  // dP, then dS
+  uint32_t rows[kQTile * kKTile / 2];             // P or dS as A rows
+  uint32_t vnni[kQTile / 2 * kKTile];             // P or dS as pairs of queries
+  float acc[kQTile * kMaxHeadDim];                 // output or dq accumulators
+};
+
+// Rows of one head's keys (or values) as pairs along the head dim, transposed to [hp2][ldt].
+void pack_pairs_transposed(uint32_t* dst, uint32_t* tmp_rows, const float* src, size_t stride,
+                           const Geometry& g) {
+  pack_rows(tmp_rows, src, stride, g.T, g.hd);
+  transpose_head<uint32_t>(dst, g.ldt, tmp_rows, g.hp2, g.T, g.hp2);
+}
+
+// Pairs of positions of one head's rows, transposed to [hd][ldt2]: an A operand summed over
+// positions.
+void pack_vnni_transposed(uint32_t* dst, uint32_t* tmp_vnni, const float* src, size_t stride,
+                          const Geometry& g) {
+  pack_vnni(tmp_vnni, g.hd, src, stride, g.T, g.hd);
+  transpose_head<uint32_t>(dst, g.ldt2, tmp_vnni, g.hd, g.T2, g.hd);
+}
+
+// Checked before the parallel region (an exception must not leave one): the team it opens
+// is at most omp_get_max_threads() threads, each taking its own share of the workspace.
+void check_team(int threads) {
+  FORGE_CHECK(omp_get_max_threads() <= threads,
+              "bf16 attention: {} threads, workspace planned for {}", omp_get_max_threads(),
+              threads);
+}
+
+}  // namespace
+
+bool attention_bf16_available() {
+  static const bool cpu = __builtin_cpu_supports("avx512bf16");
+  return cpu && active_isa() == Isa::kAvx512;
+}
+
+size_t attention_bf16_saved_floats(int B, int T, int NH) {
+  return static_cast<size_t>(B) * NH * T;
+}
+
+size_t attention_bf16_workspace_floats(int T, int C, int NH, int threads) {
+  return Geometry(T, C / NH).per_thread() * static_cast<size_t>(threads);
+}
+
+void attention_forward_bf16(float* out, float* saved, const float* qkv, int B, int T, int C,
+                            int NH, float* workspace, int threads) {
+  const int hd = C / NH;
+  FORGE_CHECK(hd <= kMaxHeadDim, "attention head dim {} exceeds {}", hd, kMaxHeadDim);
+  const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
+  const size_t C3 = 3 * static_cast<size_t>(C);
+  const Geometry g(T, hd);
+  check_team(threads);
+#pragma omp parallel
+  {
+    const int id = omp_get_thread_num();
+    const Packs pk(workspace + g.per_thread() * id, g);
+    Tiles tl;
+    float row_max[kQTile], row_sum[kQTile];
+#pragma omp for collapse(2) schedule(dynamic, 1)
+    for (int b = 0; b < B; ++b)
+      for (int h = 0; h < NH; ++h) {
+        const float* base = qkv + static_cast<size_t>(b) * T * C3 + h * hd;
+        const size_t head = static_cast<size_t>(b) * NH + h;
+        pack_rows(pk.q_rows, base, C3, T, hd);
+        pack_pairs_transposed(pk.k_t, pk.tmp_rows, base + C, C3, g);
+        uint32_t* v_vnni = pk.kv_vnni;  // forward keeps v's pairs here
+        pack_vnni(v_vnni, hd, base + 2 * C, C3, T, hd);
+        for (int i0 = 0; i0 < T; i0 += kQTile) {
+          const int nq = std::min(kQTile, T - i0);
+          for (int r = 0; r < nq; ++r) {
+            row_max[r] = -std::numeric_limits<float>::infinity();
+            row_sum[r] = 0.0f;
+          }
+          std::fill(tl.acc, tl.acc + nq * hd, 0.0f);
+          for (int j0 = 0; j0 < i0 + nq; j0 += kKTile) {
+            const int nk = std::min(kKTile, i0 + nq - j0), nk2 = (nk + 1) / 2;
+            std::fill(tl.scores, tl.scores + nq * kKTile, 0.0f);
+            gemm_acc(nq, nk, g.hp2, pk.q_rows + static_cast<size_t>(i0) * g.hp2, g.hp2,
+                     pk.k_t + j0, g.ldt, tl.scores, kKTile);
+            for (int r = 0; r < nq; ++r) {
+              float* s = tl.scores + r * kKTile;
+              scale_and_mask(s, nk, scale, i0 + r + 1 - j0);
+              const float m_new = std::max(row_max[r], max_of(s, nk));
+              if (m_new > row_max[r]) {
+                const float corr = std::exp(row_max[r] - m_new);
+                scale_row(tl.acc + r * hd, hd, corr);
+                row_sum[r] *= corr;
+                row_max[r] = m_new;
+              }
+              row_sum[r] += exp_shifted(s, nk, m_new);
+            }
+            // out += bf16(p) bf16(v): the unnormalised probabilities rounded, their sum not.
+            pack_rows(tl.rows, tl.scores, kKTile, nq, nk);
+            gemm_acc(nq, hd, nk2, tl.rows, nk2, v_vnni + static_cast<size_t>(j0 / 2) * hd, hd,
+                     tl.acc, hd);
+          }
+          for (int r = 0; r < nq; ++r) {
+            const size_t i = i0 + r;
+            float* o = out + (static_cast<size_t>(b) * T + i) * C + h * hd;
+            const float inv = 1.0f / row_sum[r];
+            for (int d = 0; d < hd; ++d) o[d] = tl.acc[r * hd + d] * inv;
+            saved[head * T + i] = row_max[r] + std::log(row_sum[r]);
+          }
+        }
+      }
+  }
+}
+
+void attention_backward_bf16(float* dqkv, const float* dout, const float* qkv, const float* out,
+                             const float* saved, int B, int T, int C, int NH, float* workspace,
+                             int threads) {
+  const int hd = C / NH;
+  FORGE_CHECK(hd <= kMaxHeadDim, "attention head dim {} exceeds {}", hd, kMaxHeadDim);
+  const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
+  const size_t C3 = 3 * static_cast<size_t>(C);
+  const Geometry g(T, hd);
+  check_team(threads);
+#pragma omp parallel
+  {
+    const int id = omp_get_thread_num();
+    const Packs pk(workspace + g.per_thread() * id, g);
+    Tiles tl;
+    float delta[kQTile];
+#pragma omp for collapse(2) schedule(dynamic, 1)
+    for (int b = 0; b < B; ++b)
+      for (int h = 0; h < NH; ++h) {
+        const float* base = qkv + static_cast<size_t>(b) * T * C3 + h * hd;
+        float* dbase = dqkv + static_cast<size_t>(b) * T * C3 + h * hd;
+        const float* dobase = dout + static_cast<size_t>(b) * T * C + h * hd;
+        const float* obase = out + static_cast<size_t>(b) * T * C + h * hd;
+        const float* row_lse = saved + (static_cast<size_t>(b) * NH + h) * T;
+        pack_rows(pk.q_rows, base, C3, T, hd);
+        pack_pairs_transposed(pk.k_t, pk.tmp_rows, base + C, C3, g);
+        pack_pairs_transposed(pk.v_t, pk.tmp_rows, base + 2 * C, C3, g);
+        pack_vnni(pk.kv_vnni, hd, base + C, C3, T, hd);
+        pack_vnni_transposed(pk.q_vnni_t, pk.tmp_vnni, base, C3, g);
+        pack_rows(pk.dout_rows, dobase, C, T, hd);
+        pack_vnni_transposed(pk.dout_vnni_t, pk.tmp_vnni, dobase, C, g);
+        std::fill(pk.dk_t, pk.dk_t + g.acc_t(), 0.0f);
+        std::fill(pk.dv_t, pk.dv_t + g.acc_t(), 0.0f);
+        for (int i0 = 0; i0 < T; i0 += kQTile) {
+          const int nq = std::min(kQTile, T - i0), nq2 = (nq + 1) / 2;
+          for (int r = 0; r < nq; ++r)
+            delta[r] = dot(dobase + (i0 + r) * C, obase + (i0 + r) * C, hd);
+          std::fill(tl.acc, tl.acc + nq * hd, 0.0f);
+          for (int j0 = 0; j0 < i0 + nq; j0 += kKTile) {
+            const int nk = std::min(kKTile, i0 + nq - j0), nk2 = (nk + 1) / 2;
+            // P = exp(scale Q K^T - lse), masked.
+            std::fill(tl.scores, tl.scores + nq * kKTile, 0.0f);
+            gemm_acc(nq, nk, g.hp2, pk.q_rows + static_cast<size_t>(i0) * g.hp2, g.hp2,
+                     pk.k_t + j0, g.ldt, tl.scores, kKTile);
+            for (int r = 0; r < nq; ++r) {
+              float* s = tl.scores + r * kKTile;
+              scale_and_mask(s, nk, scale, i0 + r + 1 - j0);
+              exp_shifted(s, nk, row_lse[i0 + r]);
+            }
+            // dP = dO V^T, then dS = P (dP - D) scale.
+            std::fill(tl.dscores, tl.dscores + nq * kKTile, 0.0f);
+            gemm_acc(nq, nk, g.hp2, pk.dout_rows + static_cast<size_t>(i0) * g.hp2, g.hp2,
+                     pk.v_t + j0, g.ldt, tl.dscores, kKTile);
+            for (int r = 0; r < nq; ++r) {
+              const float* p = tl.scores + r * kKTile;
+              float* ds = tl.dscores + r * kKTile;
+              for (int j = 0; j < nk; ++j) ds[j] = p[j] * (ds[j] - delta[r]) * scale;
+            }
+            // dV^T += dO^T P;  dQ += dS K;  dK^T += Q^T dS   (the transposed accumulators
+            // take the pairs of queries as B, which a tile packs without a transpose).
+            pack_vnni(tl.vnni, kKTile, tl.scores, kKTile, nq, nk);
+            gemm_acc(hd, nk, nq2, pk.dout_vnni_t + i0 / 2, g.ldt2, tl.vnni, kKTile, pk.dv_t + j0,
+                     g.ldt);
+            pack_rows(tl.rows, tl.dscores, kKTile, nq, nk);
+            gemm_acc(nq, hd, nk2, tl.rows, nk2, pk.kv_vnni + static_cast<size_t>(j0 / 2) * hd, hd,
+                     tl.acc, hd);
+            pack_vnni(tl.vnni, kKTile, tl.dscores, kKTile, nq, nk);
+            gemm_acc(hd, nk, nq2, pk.q_vnni_t + i0 / 2, g.ldt2, tl.vnni, kKTile, pk.dk_t + j0,
+                     g.ldt);
+          }
+          for (int r = 0; r < nq; ++r)
+            std::copy(tl.acc + r * hd, tl.acc + (r + 1) * hd, dbase + (i0 + r) * C3);
+        }
+        transpose_head<float>(dbase + C, C3, pk.dk_t, g.ldt, hd, T);
+        transpose_head<float>(dbase + 2 * C, C3, pk.dv_t, g.ldt, hd, T);
+      }
+  }
+}
+
+}  // namespace forge::kernels::cpu
+
+#pragma GCC diagnostic pop
+#pragma GCC pop_options

@@ -1,0 +1,36 @@
+// attention.h's causal attention with bf16 matmul operands and fp32 accumulation, on CPUs
+// with bf16 dot products (avx512_bf16: VDPBF16PS). The five products -- q k^T and p v
+// forward; dout v^T, p^T dout (dv), ds k (dq) and ds^T q (dk) backward -- take operands
+// rounded to bf16 (to nearest even; denormals flush to zero): q, k, v and dout once per head,
+// the probabilities p and score gradients ds once per tile. The softmax with its running
+// maximum and sum, lse, D = dout . out, the scale and every accumulator stay fp32: the
+// arithmetic of PyTorch's CPU autocast, which runs attention's matmuls in bf16.
+//
+// Tiling as in attention.h's fp32 kernel (query tiles against key tiles, online softmax, p
+// recomputed in backward, no T x T matrix). Each thread packs the head it works on into
+// its share of `workspace` in the layouts VDPBF16PS reads: a product's B operand as pairs
+// along the summed index ("VNNI"), its A operand as rows of pairs.
+#pragma once
+
+#include <cstddef>
+
+namespace forge::kernels::cpu {
+
+// True when the CPU has avx512_bf16 (and AVX-512 is the active ISA).
+bool attention_bf16_available();
+
+// lse [B, NH, T].
+size_t attention_bf16_saved_floats(int B, int T, int NH);
+// Per-thread packs for `threads` threads, for heads of C / NH channels and up to T positions.
+size_t attention_bf16_workspace_floats(int T, int C, int NH, int threads);
+
+// Same arguments as attention.h's kernels, plus the workspace (not aliasing anything) and
+// the thread count it was planned for (a larger OpenMP team is an error); they require
+// attention_bf16_available().
+void attention_forward_bf16(float* out, float* saved, const float* qkv, int B, int T, int C,
+                            int NH, float* workspace, int threads);
+void attention_backward_bf16(float* dqkv, const float* dout, const float* qkv, const float* out,
+                             const float* saved, int B, int T, int C, int NH, float* workspace,
+                             int threads);
+
+}  // namespace forge::kernels::cpu

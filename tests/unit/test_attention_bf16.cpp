@@ -1,0 +1,81 @@
+// The bf16 attention kernels (kernels/attention_bf16.h) against float64 attention: within
+// bf16 error, and visibly not fp32 (so that a kernel which never rounds cannot pass).
+#include <gtest/gtest.h>
+
+#include <omp.h>
+
+#include <vector>
+
+#include "forge/core/error.h"
+#include "forge/kernels/attention.h"
+#include "forge/kernels/attention_bf16.h"
+#include "test_util.h"
+
+namespace {
+
+using namespace forge_test;
+namespace cpu = forge::kernels::cpu;
+namespace scalar = forge::kernels::scalar;
+
+// bf16 keeps 8 significant bits: each rounded operand is off by up to 2^-9 (2e-3) relative,
+// and the softmax's exp turns a score's error into the same relative error in p, growing
+// with the spread of the scores: measured 2e-3 to 7.5e-3 on the shapes below. 1e-2 is half
+// of EQUIVALENCE.md's bf16 bound. Above kRoundingVisible, operands were really rounded.
+constexpr double kBf16Tol = 1e-2;
+constexpr double kRoundingVisible = 1e-4;
+
+void check_bf16_attention(int B, int T, int C, int NH, float spread) {
+  SCOPED_TRACE(testing::Message() << "B=" << B << " T=" << T << " C=" << C << " NH=" << NH);
+  const Floats qkv = random_floats(size_t(B) * T * 3 * C, 60, spread),
+               dout = random_floats(size_t(B) * T * C, 61);
+  const int threads = omp_get_max_threads();
+  Floats out(size_t(B) * T * C), saved(cpu::attention_bf16_saved_floats(B, T, NH)),
+      dqkv(size_t(B) * T * 3 * C, 9.0f),
+      workspace(cpu::attention_bf16_workspace_floats(T, C, NH, threads));
+  cpu::attention_forward_bf16(out.data(), saved.data(), qkv.data(), B, T, C, NH,
+                              workspace.data(), threads);
+  cpu::attention_backward_bf16(dqkv.data(), dout.data(), qkv.data(), out.data(), saved.data(),
+                               B, T, C, NH, workspace.data(), threads);
+
+  const Doubles qkv64(qkv.begin(), qkv.end()), dout64(dout.begin(), dout.end());
+  Doubles out64(size_t(B) * T * C), probs(scalar::attention_saved_floats(B, T, NH)),
+      dqkv64(size_t(B) * T * 3 * C);
+  scalar::attention_forward(out64.data(), probs.data(), qkv64.data(), B, T, C, NH);
+  scalar::attention_backward(dqkv64.data(), dout64.data(), qkv64.data(), probs.data(), B, T, C,
+                             NH);
+  const double out_err = rel_l2(out, out64), dqkv_err = rel_l2(dqkv, dqkv64);
+  EXPECT_LT(out_err, kBf16Tol);
+  EXPECT_LT(dqkv_err, kBf16Tol);
+  EXPECT_GT(out_err, kRoundingVisible);
+  EXPECT_GT(dqkv_err, kRoundingVisible);
+  // Every element of dqkv was written (the 9.0 fill is gone wherever the reference is not 9).
+  size_t untouched = 0;
+  for (size_t i = 0; i < dqkv.size(); ++i) untouched += dqkv[i] == 9.0f && dqkv64[i] != 9.0;
+  EXPECT_EQ(untouched, 0u);
+}
+
+TEST(AttentionBf16, MatchesFloat64WithinBf16Error) {
+  if (!cpu::attention_bf16_available()) GTEST_SKIP() << "no avx512_bf16 on this CPU";
+  // Odd head dims (a zero partner in every row pair), T not a multiple of either tile, T
+  // larger than the key tile with scores spread enough that later tiles raise the running
+  // maximum, a head dim over 64 (two column blocks), and odd T (a zero partner position).
+  check_bf16_attention(2, 13, 3 * 7, 3, 1.0f);
+  check_bf16_attention(1, 150, 2 * 19, 2, 2.0f);
+  check_bf16_attention(2, 67, 64, 1, 1.0f);
+  check_bf16_attention(1, 97, 2 * 80, 2, 1.0f);
+  check_bf16_attention(1, 256, 4 * 64, 4, 1.0f);
+}
+
+TEST(AttentionBf16, RefusesATeamLargerThanPlanned) {
+  if (!cpu::attention_bf16_available()) GTEST_SKIP() << "no avx512_bf16 on this CPU";
+  if (omp_get_max_threads() < 2) GTEST_SKIP() << "needs two threads";
+  const int B = 1, T = 8, C = 8, NH = 2;
+  Floats qkv = random_floats(size_t(B) * T * 3 * C, 62), out(size_t(B) * T * C),
+         saved(cpu::attention_bf16_saved_floats(B, T, NH)),
+         workspace(cpu::attention_bf16_workspace_floats(T, C, NH, 1));
+  EXPECT_THROW(cpu::attention_forward_bf16(out.data(), saved.data(), qkv.data(), B, T, C, NH,
+                                           workspace.data(), 1),
+               forge::Error);
+}
+
+}  // namespace
