@@ -181,7 +181,7 @@ void BM_AttentionBf16(benchmark::State& state, AttentionShape a, bool backward) 
   auto qkv = random_floats(rows * 3 * a.C, 5);
   auto dout = random_floats(rows * a.C, 6);
   std::vector<float> out(rows * a.C), lse(cpu::attention_bf16_saved_floats(a.B, a.T, a.NH)),
-      dqkv(rows * 3 * a.C), ws(cpu::attention_bf16_workspace_floats(a.T, a.C, a.NH, threads));
+      dqkv(rows * 3 * a.C), ws(cpu::attention_bf16_workspace_floats(a.T, a.C / a.NH, threads));
   cpu::attention_forward_bf16(out.data(), lse.data(), qkv.data(), a.B, a.T, a.C, a.NH, ws.data(),
                               threads);
   for (auto _ : state) {

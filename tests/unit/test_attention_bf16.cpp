@@ -1,14 +1,17 @@
-// The bf16 attention kernels (kernels/attention_bf16.h) against float64 attention: within
-// bf16 error, and visibly not fp32 (so that a kernel which never rounds cannot pass).
+// The bf16 attention kernels (kernels/attention_bf16.h), multi-head and grouped-query,
+// against float64 attention: within bf16 error, and visibly not fp32 (so that a kernel which
+// never rounds cannot pass).
 #include <gtest/gtest.h>
 
 #include <omp.h>
 
+#include <utility>
 #include <vector>
 
 #include "forge/core/error.h"
 #include "forge/kernels/attention.h"
 #include "forge/kernels/attention_bf16.h"
+#include "forge/kernels/gqa_attention.h"
 #include "test_util.h"
 
 namespace {
@@ -31,7 +34,7 @@ void check_bf16_attention(int B, int T, int C, int NH, float spread) {
   const int threads = omp_get_max_threads();
   Floats out(size_t(B) * T * C), saved(cpu::attention_bf16_saved_floats(B, T, NH)),
       dqkv(size_t(B) * T * 3 * C, 9.0f),
-      workspace(cpu::attention_bf16_workspace_floats(T, C, NH, threads));
+      workspace(cpu::attention_bf16_workspace_floats(T, C / NH, threads));
   cpu::attention_forward_bf16(out.data(), saved.data(), qkv.data(), B, T, C, NH,
                               workspace.data(), threads);
   cpu::attention_backward_bf16(dqkv.data(), dout.data(), qkv.data(), out.data(), saved.data(),
@@ -66,13 +69,54 @@ TEST(AttentionBf16, MatchesFloat64WithinBf16Error) {
   check_bf16_attention(1, 256, 4 * 64, 4, 1.0f);
 }
 
+// Grouped-query attention (Llama): the same kernels over separate q, k, v; dk and dv sum over
+// each kv head's group of query heads.
+void check_bf16_gqa(forge::kernels::GqaShape s) {
+  SCOPED_TRACE(testing::Message() << "B=" << s.B << " T=" << s.T << " NH=" << s.NH
+                                  << " KVH=" << s.KVH << " hd=" << s.hd);
+  const size_t rows = size_t(s.B) * s.T, dq = size_t(s.NH) * s.hd, dkv = size_t(s.KVH) * s.hd;
+  const Floats q = random_floats(rows * dq, 63), k = random_floats(rows * dkv, 64),
+               v = random_floats(rows * dkv, 65), dout = random_floats(rows * dq, 66);
+  const int threads = omp_get_max_threads();
+  Floats out(rows * dq), saved(cpu::attention_bf16_saved_floats(s.B, s.T, s.NH)),
+      gq(rows * dq, 9.0f), gk(rows * dkv, 9.0f), gv(rows * dkv, 9.0f),
+      workspace(cpu::attention_bf16_workspace_floats(s.T, s.hd, threads));
+  cpu::gqa_attention_forward_bf16(out.data(), saved.data(), q.data(), k.data(), v.data(), s,
+                                  workspace.data(), threads);
+  cpu::gqa_attention_backward_bf16(gq.data(), gk.data(), gv.data(), dout.data(), q.data(),
+                                   k.data(), v.data(), out.data(), saved.data(), s,
+                                   workspace.data(), threads);
+  const Doubles q64(q.begin(), q.end()), k64(k.begin(), k.end()), v64(v.begin(), v.end()),
+      dout64(dout.begin(), dout.end());
+  Doubles out64(rows * dq), probs(scalar::gqa_attention_saved_floats(s)), gq64(rows * dq),
+      gk64(rows * dkv), gv64(rows * dkv);
+  scalar::gqa_attention_forward(out64.data(), probs.data(), q64.data(), k64.data(), v64.data(),
+                                s);
+  scalar::gqa_attention_backward(gq64.data(), gk64.data(), gv64.data(), dout64.data(),
+                                 q64.data(), k64.data(), v64.data(), probs.data(), s);
+  for (auto [got, want] : {std::pair{&out, &out64}, std::pair{&gq, &gq64}, std::pair{&gk, &gk64},
+                           std::pair{&gv, &gv64}}) {
+    const double err = rel_l2(*got, *want);
+    EXPECT_LT(err, kBf16Tol);
+    EXPECT_GT(err, kRoundingVisible);
+  }
+}
+
+TEST(AttentionBf16, GroupedQueryMatchesFloat64WithinBf16Error) {
+  if (!cpu::attention_bf16_available()) GTEST_SKIP() << "no avx512_bf16 on this CPU";
+  check_bf16_gqa({2, 37, 4, 2, 7});
+  check_bf16_gqa({1, 130, 6, 2, 16});
+  check_bf16_gqa({2, 64, 3, 3, 64});
+  check_bf16_gqa({1, 97, 8, 1, 24});
+}
+
 TEST(AttentionBf16, RefusesATeamLargerThanPlanned) {
   if (!cpu::attention_bf16_available()) GTEST_SKIP() << "no avx512_bf16 on this CPU";
   if (omp_get_max_threads() < 2) GTEST_SKIP() << "needs two threads";
   const int B = 1, T = 8, C = 8, NH = 2;
   Floats qkv = random_floats(size_t(B) * T * 3 * C, 62), out(size_t(B) * T * C),
          saved(cpu::attention_bf16_saved_floats(B, T, NH)),
-         workspace(cpu::attention_bf16_workspace_floats(T, C, NH, 1));
+         workspace(cpu::attention_bf16_workspace_floats(T, C / NH, 1));
   EXPECT_THROW(cpu::attention_forward_bf16(out.data(), saved.data(), qkv.data(), B, T, C, NH,
                                            workspace.data(), 1),
                forge::Error);

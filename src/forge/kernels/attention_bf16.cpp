@@ -11,6 +11,7 @@
 
 #include "forge/core/error.h"
 #include "forge/kernels/attention.h"
+#include "forge/kernels/gqa_attention.h"
 #include "forge/kernels/cpu/dispatch.h"
 #include "forge/kernels/cpu/simd.h"
 
@@ -212,6 +213,165 @@ void check_team(int threads) {
               threads);
 }
 
+// Where the rows of every head live: position t of sequence b, query head h (kv head g) at
+// q + (b T + t) q_stride + h hd (k, v: kv_stride, g hd); out, dq, dk, dv alike. GPT-2's qkv
+// and Llama's separate q, k, v are both this.
+struct Layout {
+  int B, T, NH, KVH, hd;
+  size_t q_stride, kv_stride, out_stride;
+  size_t row(int b, int t) const { return static_cast<size_t>(b) * T + t; }
+};
+
+void forward_core(float* out, float* lse, const float* q, const float* k, const float* v,
+                  const Layout& L, float* workspace, int threads) {
+  const int T = L.T, hd = L.hd, group = L.NH / L.KVH;
+  FORGE_CHECK(hd <= kMaxHeadDim, "attention head dim {} exceeds {}", hd, kMaxHeadDim);
+  const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
+  const Geometry g(T, hd);
+  check_team(threads);
+#pragma omp parallel
+  {
+    const Packs pk(workspace + g.per_thread() * omp_get_thread_num(), g);
+    Tiles tl;
+    float row_max[kQTile], row_sum[kQTile];
+    // Tasks are (sequence, kv head): its keys and values are packed once for the group.
+#pragma omp for collapse(2) schedule(dynamic, 1)
+    for (int b = 0; b < L.B; ++b)
+      for (int kvh = 0; kvh < L.KVH; ++kvh) {
+        const size_t kv_off = L.row(b, 0) * L.kv_stride + static_cast<size_t>(kvh) * hd;
+        pack_pairs_transposed(pk.k_t, pk.tmp_rows, k + kv_off, L.kv_stride, g);
+        uint32_t* v_vnni = pk.kv_vnni;  // forward keeps v's pairs here
+        pack_vnni(v_vnni, hd, v + kv_off, L.kv_stride, T, hd);
+        for (int h = kvh * group; h < (kvh + 1) * group; ++h) {
+          const size_t head = static_cast<size_t>(b) * L.NH + h;
+          pack_rows(pk.q_rows, q + L.row(b, 0) * L.q_stride + static_cast<size_t>(h) * hd,
+                    L.q_stride, T, hd);
+          for (int i0 = 0; i0 < T; i0 += kQTile) {
+            const int nq = std::min(kQTile, T - i0);
+            for (int r = 0; r < nq; ++r) {
+              row_max[r] = -std::numeric_limits<float>::infinity();
+              row_sum[r] = 0.0f;
+            }
+            std::fill(tl.acc, tl.acc + nq * hd, 0.0f);
+            for (int j0 = 0; j0 < i0 + nq; j0 += kKTile) {
+              const int nk = std::min(kKTile, i0 + nq - j0), nk2 = (nk + 1) / 2;
+              std::fill(tl.scores, tl.scores + nq * kKTile, 0.0f);
+              gemm_acc(nq, nk, g.hp2, pk.q_rows + static_cast<size_t>(i0) * g.hp2, g.hp2,
+                       pk.k_t + j0, g.ldt, tl.scores, kKTile);
+              for (int r = 0; r < nq; ++r) {
+                float* s = tl.scores + r * kKTile;
+                scale_and_mask(s, nk, scale, i0 + r + 1 - j0);
+                const float m_new = std::max(row_max[r], max_of(s, nk));
+                if (m_new > row_max[r]) {
+                  // Online softmax: rescale what was accumulated under the old maximum.
+                  const float corr = std::exp(row_max[r] - m_new);
+                  scale_row(tl.acc + r * hd, hd, corr);
+                  row_sum[r] *= corr;
+                  row_max[r] = m_new;
+                }
+                row_sum[r] += exp_shifted(s, nk, m_new);
+              }
+              // out += bf16(p) bf16(v): the unnormalised probabilities rounded, their sum not.
+              pack_rows(tl.rows, tl.scores, kKTile, nq, nk);
+              gemm_acc(nq, hd, nk2, tl.rows, nk2, v_vnni + static_cast<size_t>(j0 / 2) * hd,
+                       hd, tl.acc, hd);
+            }
+            for (int r = 0; r < nq; ++r) {
+              float* o = out + L.row(b, i0 + r) * L.out_stride + static_cast<size_t>(h) * hd;
+              const float inv = 1.0f / row_sum[r];
+              for (int d = 0; d < hd; ++d) o[d] = tl.acc[r * hd + d] * inv;
+              lse[head * T + i0 + r] = row_max[r] + std::log(row_sum[r]);
+            }
+          }
+        }
+      }
+  }
+}
+
+// dq, dk, dv are overwritten, in the layout of q, k, v (dq with q_stride, dk and dv with
+// kv_stride); dout has out_stride.
+void backward_core(float* dq, float* dk, float* dv, const float* dout, const float* q,
+                   const float* k, const float* v, const float* out, const float* lse,
+                   const Layout& L, float* workspace, int threads) {
+  const int T = L.T, hd = L.hd, group = L.NH / L.KVH;
+  FORGE_CHECK(hd <= kMaxHeadDim, "attention head dim {} exceeds {}", hd, kMaxHeadDim);
+  const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
+  const Geometry g(T, hd);
+  check_team(threads);
+#pragma omp parallel
+  {
+    const Packs pk(workspace + g.per_thread() * omp_get_thread_num(), g);
+    Tiles tl;
+    float delta[kQTile];
+    // Each (sequence, kv head) task owns its dk, dv rows: they sum over the group's query
+    // heads in fp32 accumulators no other thread touches.
+#pragma omp for collapse(2) schedule(dynamic, 1)
+    for (int b = 0; b < L.B; ++b)
+      for (int kvh = 0; kvh < L.KVH; ++kvh) {
+        const size_t kv_off = L.row(b, 0) * L.kv_stride + static_cast<size_t>(kvh) * hd;
+        pack_pairs_transposed(pk.k_t, pk.tmp_rows, k + kv_off, L.kv_stride, g);
+        pack_pairs_transposed(pk.v_t, pk.tmp_rows, v + kv_off, L.kv_stride, g);
+        pack_vnni(pk.kv_vnni, hd, k + kv_off, L.kv_stride, T, hd);
+        std::fill(pk.dk_t, pk.dk_t + g.acc_t(), 0.0f);
+        std::fill(pk.dv_t, pk.dv_t + g.acc_t(), 0.0f);
+        for (int h = kvh * group; h < (kvh + 1) * group; ++h) {
+          const size_t q_off = L.row(b, 0) * L.q_stride + static_cast<size_t>(h) * hd;
+          const size_t o_off = L.row(b, 0) * L.out_stride + static_cast<size_t>(h) * hd;
+          const float* dobase = dout + o_off;
+          const float* obase = out + o_off;
+          const float* row_lse = lse + (static_cast<size_t>(b) * L.NH + h) * T;
+          pack_rows(pk.q_rows, q + q_off, L.q_stride, T, hd);
+          pack_vnni_transposed(pk.q_vnni_t, pk.tmp_vnni, q + q_off, L.q_stride, g);
+          pack_rows(pk.dout_rows, dobase, L.out_stride, T, hd);
+          pack_vnni_transposed(pk.dout_vnni_t, pk.tmp_vnni, dobase, L.out_stride, g);
+          for (int i0 = 0; i0 < T; i0 += kQTile) {
+            const int nq = std::min(kQTile, T - i0), nq2 = (nq + 1) / 2;
+            for (int r = 0; r < nq; ++r)
+              delta[r] = dot(dobase + (i0 + r) * L.out_stride, obase + (i0 + r) * L.out_stride, hd);
+            std::fill(tl.acc, tl.acc + nq * hd, 0.0f);
+            for (int j0 = 0; j0 < i0 + nq; j0 += kKTile) {
+              const int nk = std::min(kKTile, i0 + nq - j0), nk2 = (nk + 1) / 2;
+              // P = exp(scale Q K^T - lse), masked.
+              std::fill(tl.scores, tl.scores + nq * kKTile, 0.0f);
+              gemm_acc(nq, nk, g.hp2, pk.q_rows + static_cast<size_t>(i0) * g.hp2, g.hp2,
+                       pk.k_t + j0, g.ldt, tl.scores, kKTile);
+              for (int r = 0; r < nq; ++r) {
+                float* s = tl.scores + r * kKTile;
+                scale_and_mask(s, nk, scale, i0 + r + 1 - j0);
+                exp_shifted(s, nk, row_lse[i0 + r]);
+              }
+              // dP = dO V^T, then dS = P (dP - D) scale.
+              std::fill(tl.dscores, tl.dscores + nq * kKTile, 0.0f);
+              gemm_acc(nq, nk, g.hp2, pk.dout_rows + static_cast<size_t>(i0) * g.hp2, g.hp2,
+                       pk.v_t + j0, g.ldt, tl.dscores, kKTile);
+              for (int r = 0; r < nq; ++r) {
+                const float* p = tl.scores + r * kKTile;
+                float* ds = tl.dscores + r * kKTile;
+                for (int j = 0; j < nk; ++j) ds[j] = p[j] * (ds[j] - delta[r]) * scale;
+              }
+              // dV^T += dO^T P;  dQ += dS K;  dK^T += Q^T dS   (the transposed accumulators
+              // take the pairs of queries as B, which a tile packs without a transpose).
+              pack_vnni(tl.vnni, kKTile, tl.scores, kKTile, nq, nk);
+              gemm_acc(hd, nk, nq2, pk.dout_vnni_t + i0 / 2, g.ldt2, tl.vnni, kKTile,
+                       pk.dv_t + j0, g.ldt);
+              pack_rows(tl.rows, tl.dscores, kKTile, nq, nk);
+              gemm_acc(nq, hd, nk2, tl.rows, nk2, pk.kv_vnni + static_cast<size_t>(j0 / 2) * hd,
+                       hd, tl.acc, hd);
+              pack_vnni(tl.vnni, kKTile, tl.dscores, kKTile, nq, nk);
+              gemm_acc(hd, nk, nq2, pk.q_vnni_t + i0 / 2, g.ldt2, tl.vnni, kKTile,
+                       pk.dk_t + j0, g.ldt);
+            }
+            for (int r = 0; r < nq; ++r)
+              std::copy(tl.acc + r * hd, tl.acc + (r + 1) * hd,
+                        dq + q_off + (i0 + r) * L.q_stride);
+          }
+        }
+        transpose_head<float>(dk + kv_off, L.kv_stride, pk.dk_t, g.ldt, hd, T);
+        transpose_head<float>(dv + kv_off, L.kv_stride, pk.dv_t, g.ldt, hd, T);
+      }
+  }
+}
+
 }  // namespace
 
 bool attention_bf16_available() {
@@ -223,150 +383,41 @@ size_t attention_bf16_saved_floats(int B, int T, int NH) {
   return static_cast<size_t>(B) * NH * T;
 }
 
-size_t attention_bf16_workspace_floats(int T, int C, int NH, int threads) {
-  return Geometry(T, C / NH).per_thread() * static_cast<size_t>(threads);
+size_t attention_bf16_workspace_floats(int T, int hd, int threads) {
+  return Geometry(T, hd).per_thread() * static_cast<size_t>(threads);
 }
 
 void attention_forward_bf16(float* out, float* saved, const float* qkv, int B, int T, int C,
                             int NH, float* workspace, int threads) {
-  const int hd = C / NH;
-  FORGE_CHECK(hd <= kMaxHeadDim, "attention head dim {} exceeds {}", hd, kMaxHeadDim);
-  const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
   const size_t C3 = 3 * static_cast<size_t>(C);
-  const Geometry g(T, hd);
-  check_team(threads);
-#pragma omp parallel
-  {
-    const int id = omp_get_thread_num();
-    const Packs pk(workspace + g.per_thread() * id, g);
-    Tiles tl;
-    float row_max[kQTile], row_sum[kQTile];
-#pragma omp for collapse(2) schedule(dynamic, 1)
-    for (int b = 0; b < B; ++b)
-      for (int h = 0; h < NH; ++h) {
-        const float* base = qkv + static_cast<size_t>(b) * T * C3 + h * hd;
-        const size_t head = static_cast<size_t>(b) * NH + h;
-        pack_rows(pk.q_rows, base, C3, T, hd);
-        pack_pairs_transposed(pk.k_t, pk.tmp_rows, base + C, C3, g);
-        uint32_t* v_vnni = pk.kv_vnni;  // forward keeps v's pairs here
-        pack_vnni(v_vnni, hd, base + 2 * C, C3, T, hd);
-        for (int i0 = 0; i0 < T; i0 += kQTile) {
-          const int nq = std::min(kQTile, T - i0);
-          for (int r = 0; r < nq; ++r) {
-            row_max[r] = -std::numeric_limits<float>::infinity();
-            row_sum[r] = 0.0f;
-          }
-          std::fill(tl.acc, tl.acc + nq * hd, 0.0f);
-          for (int j0 = 0; j0 < i0 + nq; j0 += kKTile) {
-            const int nk = std::min(kKTile, i0 + nq - j0), nk2 = (nk + 1) / 2;
-            std::fill(tl.scores, tl.scores + nq * kKTile, 0.0f);
-            gemm_acc(nq, nk, g.hp2, pk.q_rows + static_cast<size_t>(i0) * g.hp2, g.hp2,
-                     pk.k_t + j0, g.ldt, tl.scores, kKTile);
-            for (int r = 0; r < nq; ++r) {
-              float* s = tl.scores + r * kKTile;
-              scale_and_mask(s, nk, scale, i0 + r + 1 - j0);
-              const float m_new = std::max(row_max[r], max_of(s, nk));
-              if (m_new > row_max[r]) {
-                const float corr = std::exp(row_max[r] - m_new);
-                scale_row(tl.acc + r * hd, hd, corr);
-                row_sum[r] *= corr;
-                row_max[r] = m_new;
-              }
-              row_sum[r] += exp_shifted(s, nk, m_new);
-            }
-            // out += bf16(p) bf16(v): the unnormalised probabilities rounded, their sum not.
-            pack_rows(tl.rows, tl.scores, kKTile, nq, nk);
-            gemm_acc(nq, hd, nk2, tl.rows, nk2, v_vnni + static_cast<size_t>(j0 / 2) * hd, hd,
-                     tl.acc, hd);
-          }
-          for (int r = 0; r < nq; ++r) {
-            const size_t i = i0 + r;
-            float* o = out + (static_cast<size_t>(b) * T + i) * C + h * hd;
-            const float inv = 1.0f / row_sum[r];
-            for (int d = 0; d < hd; ++d) o[d] = tl.acc[r * hd + d] * inv;
-            saved[head * T + i] = row_max[r] + std::log(row_sum[r]);
-          }
-        }
-      }
-  }
+  const Layout L{B, T, NH, NH, C / NH, C3, C3, static_cast<size_t>(C)};
+  forward_core(out, saved, qkv, qkv + C, qkv + 2 * C, L, workspace, threads);
 }
 
 void attention_backward_bf16(float* dqkv, const float* dout, const float* qkv, const float* out,
                              const float* saved, int B, int T, int C, int NH, float* workspace,
                              int threads) {
-  const int hd = C / NH;
-  FORGE_CHECK(hd <= kMaxHeadDim, "attention head dim {} exceeds {}", hd, kMaxHeadDim);
-  const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
   const size_t C3 = 3 * static_cast<size_t>(C);
-  const Geometry g(T, hd);
-  check_team(threads);
-#pragma omp parallel
-  {
-    const int id = omp_get_thread_num();
-    const Packs pk(workspace + g.per_thread() * id, g);
-    Tiles tl;
-    float delta[kQTile];
-#pragma omp for collapse(2) schedule(dynamic, 1)
-    for (int b = 0; b < B; ++b)
-      for (int h = 0; h < NH; ++h) {
-        const float* base = qkv + static_cast<size_t>(b) * T * C3 + h * hd;
-        float* dbase = dqkv + static_cast<size_t>(b) * T * C3 + h * hd;
-        const float* dobase = dout + static_cast<size_t>(b) * T * C + h * hd;
-        const float* obase = out + static_cast<size_t>(b) * T * C + h * hd;
-        const float* row_lse = saved + (static_cast<size_t>(b) * NH + h) * T;
-        pack_rows(pk.q_rows, base, C3, T, hd);
-        pack_pairs_transposed(pk.k_t, pk.tmp_rows, base + C, C3, g);
-        pack_pairs_transposed(pk.v_t, pk.tmp_rows, base + 2 * C, C3, g);
-        pack_vnni(pk.kv_vnni, hd, base + C, C3, T, hd);
-        pack_vnni_transposed(pk.q_vnni_t, pk.tmp_vnni, base, C3, g);
-        pack_rows(pk.dout_rows, dobase, C, T, hd);
-        pack_vnni_transposed(pk.dout_vnni_t, pk.tmp_vnni, dobase, C, g);
-        std::fill(pk.dk_t, pk.dk_t + g.acc_t(), 0.0f);
-        std::fill(pk.dv_t, pk.dv_t + g.acc_t(), 0.0f);
-        for (int i0 = 0; i0 < T; i0 += kQTile) {
-          const int nq = std::min(kQTile, T - i0), nq2 = (nq + 1) / 2;
-          for (int r = 0; r < nq; ++r)
-            delta[r] = dot(dobase + (i0 + r) * C, obase + (i0 + r) * C, hd);
-          std::fill(tl.acc, tl.acc + nq * hd, 0.0f);
-          for (int j0 = 0; j0 < i0 + nq; j0 += kKTile) {
-            const int nk = std::min(kKTile, i0 + nq - j0), nk2 = (nk + 1) / 2;
-            // P = exp(scale Q K^T - lse), masked.
-            std::fill(tl.scores, tl.scores + nq * kKTile, 0.0f);
-            gemm_acc(nq, nk, g.hp2, pk.q_rows + static_cast<size_t>(i0) * g.hp2, g.hp2,
-                     pk.k_t + j0, g.ldt, tl.scores, kKTile);
-            for (int r = 0; r < nq; ++r) {
-              float* s = tl.scores + r * kKTile;
-              scale_and_mask(s, nk, scale, i0 + r + 1 - j0);
-              exp_shifted(s, nk, row_lse[i0 + r]);
-            }
-            // dP = dO V^T, then dS = P (dP - D) scale.
-            std::fill(tl.dscores, tl.dscores + nq * kKTile, 0.0f);
-            gemm_acc(nq, nk, g.hp2, pk.dout_rows + static_cast<size_t>(i0) * g.hp2, g.hp2,
-                     pk.v_t + j0, g.ldt, tl.dscores, kKTile);
-            for (int r = 0; r < nq; ++r) {
-              const float* p = tl.scores + r * kKTile;
-              float* ds = tl.dscores + r * kKTile;
-              for (int j = 0; j < nk; ++j) ds[j] = p[j] * (ds[j] - delta[r]) * scale;
-            }
-            // dV^T += dO^T P;  dQ += dS K;  dK^T += Q^T dS   (the transposed accumulators
-            // take the pairs of queries as B, which a tile packs without a transpose).
-            pack_vnni(tl.vnni, kKTile, tl.scores, kKTile, nq, nk);
-            gemm_acc(hd, nk, nq2, pk.dout_vnni_t + i0 / 2, g.ldt2, tl.vnni, kKTile, pk.dv_t + j0,
-                     g.ldt);
-            pack_rows(tl.rows, tl.dscores, kKTile, nq, nk);
-            gemm_acc(nq, hd, nk2, tl.rows, nk2, pk.kv_vnni + static_cast<size_t>(j0 / 2) * hd, hd,
-                     tl.acc, hd);
-            pack_vnni(tl.vnni, kKTile, tl.dscores, kKTile, nq, nk);
-            gemm_acc(hd, nk, nq2, pk.q_vnni_t + i0 / 2, g.ldt2, tl.vnni, kKTile, pk.dk_t + j0,
-                     g.ldt);
-          }
-          for (int r = 0; r < nq; ++r)
-            std::copy(tl.acc + r * hd, tl.acc + (r + 1) * hd, dbase + (i0 + r) * C3);
-        }
-        transpose_head<float>(dbase + C, C3, pk.dk_t, g.ldt, hd, T);
-        transpose_head<float>(dbase + 2 * C, C3, pk.dv_t, g.ldt, hd, T);
-      }
-  }
+  const Layout L{B, T, NH, NH, C / NH, C3, C3, static_cast<size_t>(C)};
+  backward_core(dqkv, dqkv + C, dqkv + 2 * C, dout, qkv, qkv + C, qkv + 2 * C, out, saved, L,
+                workspace, threads);
+}
+
+void gqa_attention_forward_bf16(float* out, float* saved, const float* q, const float* k,
+                                const float* v, const GqaShape& s, float* workspace,
+                                int threads) {
+  const size_t dq = static_cast<size_t>(s.NH) * s.hd, dkv = static_cast<size_t>(s.KVH) * s.hd;
+  const Layout L{s.B, s.T, s.NH, s.KVH, s.hd, dq, dkv, dq};
+  forward_core(out, saved, q, k, v, L, workspace, threads);
+}
+
+void gqa_attention_backward_bf16(float* dq, float* dk, float* dv, const float* dout,
+                                 const float* q, const float* k, const float* v,
+                                 const float* out, const float* saved, const GqaShape& s,
+                                 float* workspace, int threads) {
+  const size_t dqs = static_cast<size_t>(s.NH) * s.hd, dkv = static_cast<size_t>(s.KVH) * s.hd;
+  const Layout L{s.B, s.T, s.NH, s.KVH, s.hd, dqs, dkv, dqs};
+  backward_core(dq, dk, dv, dout, q, k, v, out, saved, L, workspace, threads);
 }
 
 }  // namespace forge::kernels::cpu

@@ -6,6 +6,9 @@
 // maximum and sum, lse, D = dout . out, the scale and every accumulator stay fp32: the
 // arithmetic of PyTorch's CPU autocast, which runs attention's matmuls in bf16.
 //
+// The same kernels serve gqa_attention.h's grouped-query attention (Llama): a task packs one
+// kv head once for its group of query heads and sums their dk, dv in fp32.
+//
 // Tiling as in attention.h's fp32 kernel (query tiles against key tiles, online softmax, p
 // recomputed in backward, no T x T matrix). Each thread packs the head it works on into
 // its share of `workspace` in the layouts VDPBF16PS reads: a product's B operand as pairs
@@ -14,15 +17,17 @@
 
 #include <cstddef>
 
+#include "forge/kernels/gqa_attention.h"
+
 namespace forge::kernels::cpu {
 
 // True when the CPU has avx512_bf16 (and AVX-512 is the active ISA).
 bool attention_bf16_available();
 
-// lse [B, NH, T].
+// lse [B, NH, T] (query heads).
 size_t attention_bf16_saved_floats(int B, int T, int NH);
-// Per-thread packs for `threads` threads, for heads of C / NH channels and up to T positions.
-size_t attention_bf16_workspace_floats(int T, int C, int NH, int threads);
+// Per-thread packs for `threads` threads, for heads of hd channels and up to T positions.
+size_t attention_bf16_workspace_floats(int T, int hd, int threads);
 
 // Same arguments as attention.h's kernels, plus the workspace (not aliasing anything) and
 // the thread count it was planned for (a larger OpenMP team is an error); they require
@@ -32,5 +37,13 @@ void attention_forward_bf16(float* out, float* saved, const float* qkv, int B, i
 void attention_backward_bf16(float* dqkv, const float* dout, const float* qkv, const float* out,
                              const float* saved, int B, int T, int C, int NH, float* workspace,
                              int threads);
+// gqa_attention.h's arguments, plus the workspace and its thread count.
+void gqa_attention_forward_bf16(float* out, float* saved, const float* q, const float* k,
+                                const float* v, const GqaShape& s, float* workspace,
+                                int threads);
+void gqa_attention_backward_bf16(float* dq, float* dk, float* dv, const float* dout,
+                                 const float* q, const float* k, const float* v,
+                                 const float* out, const float* saved, const GqaShape& s,
+                                 float* workspace, int threads);
 
 }  // namespace forge::kernels::cpu

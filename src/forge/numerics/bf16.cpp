@@ -1,9 +1,8 @@
 // The `bf16` profile: the linear layers' matmuls take bf16 operands (inputs, weights and
 // output gradients rounded to nearest even) and accumulate in fp32; so do GPT-2 attention's
-// matmuls where the CPU has bf16 dot products (kernels/attention_bf16.h; softmax and its
-// statistics stay fp32). Everything else -- norms, softmax, GELU, the loss, Llama's
-// grouped-query attention, the fp32 master weights and AdamW state -- is the `fast`
-// profile's, to which this class forwards. See kernels/bf16_gemm.h for why an fp32 GEMM over
+// matmuls (GPT-2's and Llama's grouped-query) where the CPU has bf16 dot products
+// (kernels/attention_bf16.h; softmax and its statistics stay fp32). Everything else -- norms,
+// softmax, GELU, the loss, the fp32 master weights and AdamW state -- is the `fast` profile's, to which this class forwards. See kernels/bf16_gemm.h for why an fp32 GEMM over
 // rounded operands is exactly a bf16 dot product with fp32 accumulation.
 #include <algorithm>
 #include <initializer_list>
@@ -48,10 +47,10 @@ class Bf16Numerics final : public Numerics {
       need = std::max(need, k::bf16_linear_scratch_floats(rows, s.C, oc));
     for (int ic : {ffn, dq}) need = std::max(need, k::bf16_linear_scratch_floats(rows, ic, s.C));
     scratch_.assign(need, 0.0f);
-    if (bf16_attention_ && !s.llama) {
+    if (bf16_attention_) {
       attention_threads_ = omp_get_max_threads();
-      attention_workspace_.assign(
-          k::attention_bf16_workspace_floats(s.T, s.C, s.NH, attention_threads_), 0.0f);
+      attention_workspace_.assign(k::attention_bf16_workspace_floats(s.T, hd, attention_threads_),
+                                  0.0f);
     }
   }
 
@@ -103,7 +102,7 @@ class Bf16Numerics final : public Numerics {
   void attention_forward(float* out, float* saved, const float* qkv, int B, int T, int C,
                          int NH) override {
     if (!bf16_attention_) return fast_->attention_forward(out, saved, qkv, B, T, C, NH);
-    k::attention_forward_bf16(out, saved, qkv, B, T, C, NH, attention_workspace(T, C, NH),
+    k::attention_forward_bf16(out, saved, qkv, B, T, C, NH, attention_workspace(T, C / NH),
                               attention_threads_);
   }
   void attention_backward(float* dqkv, const float* dout, const float* qkv, const float* out,
@@ -111,7 +110,7 @@ class Bf16Numerics final : public Numerics {
     if (!bf16_attention_)
       return fast_->attention_backward(dqkv, dout, qkv, out, saved, B, T, C, NH);
     k::attention_backward_bf16(dqkv, dout, qkv, out, saved, B, T, C, NH,
-                               attention_workspace(T, C, NH), attention_threads_);
+                               attention_workspace(T, C / NH), attention_threads_);
   }
 
   void gelu_forward(float* out, const float* inp, size_t n) override {
@@ -168,17 +167,25 @@ class Bf16Numerics final : public Numerics {
     fast_->swiglu_backward(dgate, dup, dout, gate, up, n);
   }
   size_t gqa_attention_saved_floats(int B, int T, int NH, int KVH, int hd) const override {
-    return fast_->gqa_attention_saved_floats(B, T, NH, KVH, hd);
+    return bf16_attention_ ? k::attention_bf16_saved_floats(B, T, NH)
+                           : fast_->gqa_attention_saved_floats(B, T, NH, KVH, hd);
   }
   void gqa_attention_forward(float* out, float* saved, const float* q, const float* k,
                              const float* v, int B, int T, int NH, int KVH, int hd) override {
-    fast_->gqa_attention_forward(out, saved, q, k, v, B, T, NH, KVH, hd);
+    if (!bf16_attention_)
+      return fast_->gqa_attention_forward(out, saved, q, k, v, B, T, NH, KVH, hd);
+    k::gqa_attention_forward_bf16(out, saved, q, k, v, {B, T, NH, KVH, hd},
+                                  attention_workspace(T, hd), attention_threads_);
   }
   void gqa_attention_backward(float* dq, float* dk, float* dv, const float* dout, const float* q,
                               const float* k, const float* v, const float* out,
                               const float* saved, int B, int T, int NH, int KVH,
                               int hd) override {
-    fast_->gqa_attention_backward(dq, dk, dv, dout, q, k, v, out, saved, B, T, NH, KVH, hd);
+    if (!bf16_attention_)
+      return fast_->gqa_attention_backward(dq, dk, dv, dout, q, k, v, out, saved, B, T, NH, KVH,
+                                           hd);
+    k::gqa_attention_backward_bf16(dq, dk, dv, dout, q, k, v, out, saved, {B, T, NH, KVH, hd},
+                                   attention_workspace(T, hd), attention_threads_);
   }
 
   double optimizer_step(ParamRef* params, int count, const OptimizerStep& hp) override {
@@ -197,12 +204,12 @@ class Bf16Numerics final : public Numerics {
   }
 
   // The planned workspace of the bf16 attention, checked like scratch_for.
-  float* attention_workspace(int T, int C, int NH) {
-    const size_t need = k::attention_bf16_workspace_floats(T, C, NH, attention_threads_);
+  float* attention_workspace(int T, int hd) {
+    const size_t need = k::attention_bf16_workspace_floats(T, hd, attention_threads_);
     if (attention_threads_ == 0 || need > attention_workspace_.size())
-      fail("numerics 'bf16': attention over T={} C={} NH={} needs {} workspace floats, plan() "
-           "reserved {}",
-           T, C, NH, need, attention_workspace_.size());
+      fail("numerics 'bf16': attention over T={} and head dim {} needs {} workspace floats, "
+           "plan() reserved {}",
+           T, hd, need, attention_workspace_.size());
     return attention_workspace_.data();
   }
 
