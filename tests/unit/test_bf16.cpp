@@ -245,6 +245,28 @@ TEST(Bf16, ProfileUsesBf16LinearAndFailsOnUnplannedShapes) {
                              scratch.data());
     EXPECT_EQ(got, want) << "IC=" << IC << " OC=" << OC;
   }
+  // Two layers reading one input through one saved buffer (Llama's q, k, v): the second
+  // converts nothing, and both backwards read the shared copy.
+  {
+    const int IC = s.C, OC1 = 3 * s.C, OC2 = s.C;
+    const Floats x = random_floats(size_t(N) * IC, 52), w1 = random_floats(size_t(OC1) * IC, 53),
+                 w2 = random_floats(size_t(OC2) * IC, 54);
+    Floats saved(nx->linear_saved_floats(N, IC, OC1)), out1(size_t(N) * OC1),
+        out2(size_t(N) * OC2), want2(size_t(N) * OC2);
+    nx->linear_forward(out1.data(), saved.data(), x.data(), w1.data(), nullptr, N, IC, OC1);
+    const Floats after_first = saved;
+    nx->linear_forward_same_input(out2.data(), saved.data(), x.data(), w2.data(), nullptr, N, IC,
+                                  OC2);
+    EXPECT_EQ(saved, after_first);
+    nx->linear_forward(want2.data(), nullptr, x.data(), w2.data(), nullptr, N, IC, OC2);
+    EXPECT_EQ(out2, want2);
+    // Had it converted again it would not matter; that it reads the copy shows in a garbage
+    // inp giving the same output.
+    const Floats garbage(x.size(), 7.0f);
+    nx->linear_forward_same_input(out2.data(), saved.data(), garbage.data(), w2.data(), nullptr,
+                                  N, IC, OC2);
+    EXPECT_EQ(out2, want2);
+  }
   // A shape plan() did not reserve for is an error, not an allocation inside a step.
   const int big = 4 * s.Vp;
   Floats x(size_t(N) * s.ffn), w(size_t(big) * s.ffn), out(size_t(N) * big);

@@ -280,11 +280,11 @@ size_t saved_floats(int N, int IC) {
 // than its conversion costs time (about 2% of a step).
 template <typename Path>
 void forward_on(float* out, float* saved, const float* inp, const float* weight,
-                const float* bias, int N, int IC, int OC, float* scratch) {
+                const float* bias, int N, int IC, int OC, float* scratch, bool inp_in_saved) {
   using T = typename Path::Operand;
   T* x = reinterpret_cast<T*>(saved ? saved : scratch);
   T* w = reinterpret_cast<T*>(scratch + saved_floats<Path>(N, IC));
-  Path::convert(x, inp, static_cast<size_t>(N) * IC);
+  if (!(saved && inp_in_saved)) Path::convert(x, inp, static_cast<size_t>(N) * IC);
   Path::convert(w, weight, static_cast<size_t>(OC) * IC);
   Path::multiply(false, true, N, OC, IC, x, IC, w, IC, out, OC, bias);
 }
@@ -348,11 +348,12 @@ size_t bf16_linear_scratch_floats(int N, int IC, int OC) {
 }
 
 void bf16_linear_forward(float* out, float* saved, const float* inp, const float* weight,
-                         const float* bias, int N, int IC, int OC, float* scratch) {
+                         const float* bias, int N, int IC, int OC, float* scratch,
+                         bool inp_in_saved) {
   if (native_bf16_available())
-    forward_on<NativeBf16>(out, saved, inp, weight, bias, N, IC, OC, scratch);
+    forward_on<NativeBf16>(out, saved, inp, weight, bias, N, IC, OC, scratch, inp_in_saved);
   else
-    forward_on<RoundedFp32>(out, saved, inp, weight, bias, N, IC, OC, scratch);
+    forward_on<RoundedFp32>(out, saved, inp, weight, bias, N, IC, OC, scratch, inp_in_saved);
 }
 
 void bf16_linear_backward(float* dinp, float* dweight, float* dbias, const float* dout,

@@ -80,8 +80,10 @@ size_t bf16_linear_saved_floats(int N, int IC, int OC);
 // scratch: bf16_linear_scratch_floats(N, IC, OC) floats, not aliasing any argument.
 // saved: bf16_linear_saved_floats(N, IC, OC) floats, or null: forward then keeps nothing, and
 // backward converts inp itself. Backward's inp must be forward's.
+// inp_in_saved: saved already holds inp's conversion (a forward of the same inp filled it).
 void bf16_linear_forward(float* out, float* saved, const float* inp, const float* weight,
-                         const float* bias, int N, int IC, int OC, float* scratch);
+                         const float* bias, int N, int IC, int OC, float* scratch,
+                         bool inp_in_saved = false);
 void bf16_linear_backward(float* dinp, float* dweight, float* dbias, const float* dout,
                           const float* inp, const float* weight, const float* saved, int N,
                           int IC, int OC, float* scratch);

@@ -51,7 +51,8 @@ Gpt2::Gpt2(const ModelConfig& config, int B, int T, Numerics& numerics)
   const size_t att_saved = nx_.attention_saved_floats(B, T, C, config.n_head);
   const size_t xent_saved = nx_.classifier_saved_floats(N, config.vocab_size, Vp);
   auto lin_saved = [&](int64_t ic, int64_t oc) {
-    return nx_.linear_saved_floats(static_cast<int>(N), static_cast<int>(ic), static_cast<int>(oc));
+    return nx_.linear_saved_floats(static_cast<int>(N), static_cast<int>(ic),
+                                   static_cast<int>(oc));
   };
   auto align = [](size_t n) { return (n + 15) / 16 * 16; };
   const size_t per_layer = align(N * C) * 8 + align(N) * 4 + align(N * 3 * C) +

@@ -1,5 +1,6 @@
 #include "forge/model/llama.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <utility>
@@ -61,13 +62,14 @@ Llama::Llama(const ModelConfig& config, int B, int T, Numerics& numerics)
   const size_t att_saved = nx_.gqa_attention_saved_floats(B, T, NH_, KVH_, hd_);
   const size_t xent_saved = nx_.classifier_saved_floats(N, config.vocab_size, Vp);
   auto lin_saved = [&](int64_t ic, int64_t oc) {
-    return nx_.linear_saved_floats(static_cast<int>(N), static_cast<int>(ic), static_cast<int>(oc));
+    return nx_.linear_saved_floats(static_cast<int>(N), static_cast<int>(ic),
+                                   static_cast<int>(oc));
   };
   auto align = [](size_t n) { return (n + 15) / 16 * 16; };
   const size_t per_layer = align(N * C) * 4 + align(N) * 2 + align(N * Dq_) * 2 +
                            align(N * Dkv_) * 2 + align(att_saved) + align(N * F_) * 3 +
-                           align(lin_saved(C, Dq_)) + align(lin_saved(C, Dkv_)) * 2 +
-                           align(lin_saved(Dq_, C)) + align(lin_saved(C, F_)) * 2 +
+                           align(std::max(lin_saved(C, Dq_), lin_saved(C, Dkv_))) +
+                           align(lin_saved(Dq_, C)) + align(lin_saved(C, F_)) +
                            align(lin_saved(F_, C));
   // The rotary tables cover the whole block, as the reference's do (their values do not
   // depend on it, but a profile's vector grouping may).
@@ -89,10 +91,9 @@ Llama::Llama(const ModelConfig& config, int B, int T, Numerics& numerics)
     a.att_saved = take(att_saved); a.sdpa = take(N * Dq_); a.res1 = take(N * C);
     a.ln2 = take(N * C); a.ln2_rstd = take(N);
     a.gate = take(N * F_); a.up = take(N * F_); a.act = take(N * F_); a.res2 = take(N * C);
-    a.q_saved = take(lin_saved(C, Dq_)); a.k_saved = take(lin_saved(C, Dkv_));
-    a.v_saved = take(lin_saved(C, Dkv_)); a.o_saved = take(lin_saved(Dq_, C));
-    a.gate_saved = take(lin_saved(C, F_)); a.up_saved = take(lin_saved(C, F_));
-    a.down_saved = take(lin_saved(F_, C));
+    a.ln1_saved = take(std::max(lin_saved(C, Dq_), lin_saved(C, Dkv_)));
+    a.o_saved = take(lin_saved(Dq_, C));
+    a.ln2_saved = take(lin_saved(C, F_)); a.down_saved = take(lin_saved(F_, C));
   }
   norm_ = take(N * C); norm_rstd_ = take(N);
   logits_ = take(N * Vp); xent_saved_ = take(xent_saved); head_saved_ = take(lin_saved(C, Vp));
@@ -184,9 +185,9 @@ float Llama::forward(const int32_t* tokens, const int32_t* targets, int B, int T
     // h = RMSNorm(x)
     nx_.rmsnorm_forward(a.ln1, a.ln1_rstd, x, w.ln1_w, N, C, eps);
     // q = RoPE(h Wq^T),  k = RoPE(h Wk^T),  v = h Wv^T
-    nx_.linear_forward(q_pre_, a.q_saved, a.ln1, w.q_w, nullptr, N, C, Dq);
-    nx_.linear_forward(k_pre_, a.k_saved, a.ln1, w.k_w, nullptr, N, C, Dkv);
-    nx_.linear_forward(a.v, a.v_saved, a.ln1, w.v_w, nullptr, N, C, Dkv);
+    nx_.linear_forward(q_pre_, a.ln1_saved, a.ln1, w.q_w, nullptr, N, C, Dq);
+    nx_.linear_forward_same_input(k_pre_, a.ln1_saved, a.ln1, w.k_w, nullptr, N, C, Dkv);
+    nx_.linear_forward_same_input(a.v, a.ln1_saved, a.ln1, w.v_w, nullptr, N, C, Dkv);
     nx_.rope_forward(a.q, q_pre_, rope_cos_, rope_sin_, B, T, NH, hd);
     nx_.rope_forward(a.k, k_pre_, rope_cos_, rope_sin_, B, T, KVH, hd);
     // y = softmax(q k^T / sqrt(hd) + causal mask) v, each kv head shared by NH/KVH q heads
@@ -206,8 +207,8 @@ float Llama::forward(const int32_t* tokens, const int32_t* targets, int B, int T
     nx_.add(a.res1, x, branch_, NC);
     // h = RMSNorm(x);  x = x + (silu(h Wgate^T) * (h Wup^T)) Wdown^T
     nx_.rmsnorm_forward(a.ln2, a.ln2_rstd, a.res1, w.ln2_w, N, C, eps);
-    nx_.linear_forward(a.gate, a.gate_saved, a.ln2, w.gate_w, nullptr, N, C, F);
-    nx_.linear_forward(a.up, a.up_saved, a.ln2, w.up_w, nullptr, N, C, F);
+    nx_.linear_forward(a.gate, a.ln2_saved, a.ln2, w.gate_w, nullptr, N, C, F);
+    nx_.linear_forward_same_input(a.up, a.ln2_saved, a.ln2, w.up_w, nullptr, N, C, F);
     nx_.swiglu_forward(a.act, a.gate, a.up, NF);
     nx_.linear_forward(branch_, a.down_saved, a.act, w.down_w, nullptr, N, F, C);
     if (recorder_) {
@@ -269,8 +270,8 @@ void Llama::backward(float dloss, float* grads) {
     if (recorder_) record(pfx + "mlp.gate_proj", d_gate_, {B, T, F});
     if (recorder_) record(pfx + "mlp.up_proj", d_up_, {B, T, F});
     // ln2 feeds two projections: d(ln2) is the sum of what each sends back.
-    nx_.linear_backward(d_ln_, g.up_w, nullptr, d_up_, a.ln2, w.up_w, a.up_saved, N, C, F);
-    nx_.linear_backward(d_tmp, g.gate_w, nullptr, d_gate_, a.ln2, w.gate_w, a.gate_saved, N, C,
+    nx_.linear_backward(d_ln_, g.up_w, nullptr, d_up_, a.ln2, w.up_w, a.ln2_saved, N, C, F);
+    nx_.linear_backward(d_tmp, g.gate_w, nullptr, d_gate_, a.ln2, w.gate_w, a.ln2_saved, N, C,
                         F);
     nx_.add_inplace(d_ln_, d_tmp, NC);
     if (recorder_) record(pfx + "post_attention_layernorm", d_ln_, {B, T, C});
@@ -296,10 +297,10 @@ void Llama::backward(float dloss, float* grads) {
       record(pfx + "self_attn.v_proj", d_v_, {B, T, Dkv});
     }
     // ln1 feeds three projections; their contributions are summed v, k, q.
-    nx_.linear_backward(d_ln_, g.v_w, nullptr, d_v_, a.ln1, w.v_w, a.v_saved, N, C, Dkv);
-    nx_.linear_backward(d_tmp, g.k_w, nullptr, d_k_, a.ln1, w.k_w, a.k_saved, N, C, Dkv);
+    nx_.linear_backward(d_ln_, g.v_w, nullptr, d_v_, a.ln1, w.v_w, a.ln1_saved, N, C, Dkv);
+    nx_.linear_backward(d_tmp, g.k_w, nullptr, d_k_, a.ln1, w.k_w, a.ln1_saved, N, C, Dkv);
     nx_.add_inplace(d_ln_, d_tmp, NC);
-    nx_.linear_backward(d_tmp, g.q_w, nullptr, d_q_, a.ln1, w.q_w, a.q_saved, N, C, Dq);
+    nx_.linear_backward(d_tmp, g.q_w, nullptr, d_q_, a.ln1, w.q_w, a.ln1_saved, N, C, Dq);
     nx_.add_inplace(d_ln_, d_tmp, NC);
     if (recorder_) record(pfx + "input_layernorm", d_ln_, {B, T, C});
     // d(x) = d(res1) + d(through attention), in the same order.

@@ -41,7 +41,8 @@ class Llama final : public Model {
     float *ln1, *ln1_rstd, *q, *k, *v, *att_saved, *sdpa, *res1;
     float *ln2, *ln2_rstd, *gate, *up, *act, *res2;
     // what the profile keeps from each linear layer's forward for its backward
-    float *q_saved, *k_saved, *v_saved, *o_saved, *gate_saved, *up_saved, *down_saved;
+    // (q, k and v share ln1's; gate and up share ln2's: linear_forward_same_input)
+    float *ln1_saved, *o_saved, *ln2_saved, *down_saved;
   };
   LayerParams layer_params(float* base, int l) const;  // params or grads
   void record(const std::string& name, const float* data, std::vector<int64_t> shape);

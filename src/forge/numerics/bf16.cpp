@@ -88,6 +88,11 @@ class Bf16Numerics final : public Numerics {
                       const float* bias, int N, int IC, int OC) override {
     k::bf16_linear_forward(out, saved, inp, weight, bias, N, IC, OC, scratch_for(N, IC, OC));
   }
+  void linear_forward_same_input(float* out, float* saved, const float* inp, const float* weight,
+                                 const float* bias, int N, int IC, int OC) override {
+    k::bf16_linear_forward(out, saved, inp, weight, bias, N, IC, OC, scratch_for(N, IC, OC),
+                           /*inp_in_saved=*/saved != nullptr);
+  }
   void linear_backward(float* dinp, float* dweight, float* dbias, const float* dout,
                        const float* inp, const float* weight, const float* saved, int N, int IC,
                        int OC) override {

@@ -89,6 +89,15 @@ class Numerics {
   }
   virtual void linear_forward(float* out, float* saved, const float* inp, const float* weight,
                               const float* bias, int N, int IC, int OC) = 0;
+  // linear_forward for a layer that reads the input the previous linear_forward call read,
+  // through the same saved buffer, with inp unchanged since (Llama's q, k and v of one norm's
+  // output; gate and up): that saved state then serves every such layer's backward, and the
+  // profile need not convert inp again. The default is linear_forward.
+  virtual void linear_forward_same_input(float* out, float* saved, const float* inp,
+                                         const float* weight, const float* bias, int N, int IC,
+                                         int OC) {
+    linear_forward(out, saved, inp, weight, bias, N, IC, OC);
+  }
   // dinp[N,IC] = dout @ weight; dweight[OC,IC] = dout^T @ inp; dbias[OC] = sum_n dout.
   // dinp may be null (not needed), dbias null when there is no bias. inp and weight must be
   // what the forward that filled saved read, unchanged since.

@@ -46,6 +46,12 @@ void TimedNumerics::linear_forward(float* out, float* saved, const float* inp, c
   timed(OC > 4 * IC ? "lm head fwd" : "linear fwd",
         [&] { inner_->linear_forward(out, saved, inp, w, b, N, IC, OC); });
 }
+void TimedNumerics::linear_forward_same_input(float* out, float* saved, const float* inp,
+                                              const float* w, const float* b, int N, int IC,
+                                              int OC) {
+  timed(OC > 4 * IC ? "lm head fwd" : "linear fwd",
+        [&] { inner_->linear_forward_same_input(out, saved, inp, w, b, N, IC, OC); });
+}
 void TimedNumerics::linear_backward(float* dinp, float* dw, float* db, const float* dout,
                                     const float* inp, const float* w, const float* saved, int N,
                                     int IC, int OC) {
