@@ -88,19 +88,7 @@ void fill_rows_with_bias(float* out, const float* bias, int N, int OC) {
 }
 
 void bias_gradient(float* dbias, const float* dout, int N, int OC) {
-  // Column sums: threads split the columns so each sum keeps a fixed row order.
-  constexpr int kChunk = 64;
-  const int chunks = (OC + kChunk - 1) / kChunk;
-#pragma omp parallel for schedule(static)
-  for (int chunk = 0; chunk < chunks; ++chunk) {
-    const int o0 = chunk * kChunk, o1 = std::min(OC, o0 + kChunk);
-    float acc[kChunk] = {};
-    for (int n = 0; n < N; ++n) {
-      const float* d = dout + static_cast<size_t>(n) * OC;
-      for (int o = o0; o < o1; ++o) acc[o - o0] += d[o];
-    }
-    for (int o = o0; o < o1; ++o) dbias[o] = acc[o - o0];
-  }
+  column_sums(dbias, dout, N, OC, [](int, int, int) {});
 }
 
 void linear_backward(float* dinp, float* dweight, float* dbias, const float* dout,

@@ -5,6 +5,9 @@
 // All outputs are overwritten.
 #pragma once
 
+#include <algorithm>
+#include <cstddef>
+
 namespace forge::kernels {
 
 namespace scalar {
@@ -26,6 +29,26 @@ void linear_backward(float* dinp, float* dweight, float* dbias, const float* dou
 // column summed in row order whatever the thread count.
 void fill_rows_with_bias(float* out, const float* bias, int N, int OC);
 void bias_gradient(float* dbias, const float* dout, int N, int OC);
+
+// bias_gradient's loop, for kernels that read dout for more than its sums: row_chunk(n, o0,
+// o1) runs on columns [o0, o1) of row n just before they are added, in the same thread.
+template <typename RowChunk>
+void column_sums(float* sums, const float* x, int N, int OC, RowChunk&& row_chunk) {
+  // Threads split the columns so that each sum keeps a fixed row order.
+  constexpr int kChunk = 64;
+  const int chunks = (OC + kChunk - 1) / kChunk;
+#pragma omp parallel for schedule(static)
+  for (int chunk = 0; chunk < chunks; ++chunk) {
+    const int o0 = chunk * kChunk, o1 = std::min(OC, o0 + kChunk);
+    float acc[kChunk] = {};
+    for (int n = 0; n < N; ++n) {
+      row_chunk(n, o0, o1);
+      const float* r = x + static_cast<size_t>(n) * OC;
+      for (int o = o0; o < o1; ++o) acc[o - o0] += r[o];
+    }
+    for (int o = o0; o < o1; ++o) sums[o] = acc[o - o0];
+  }
+}
 }  // namespace cpu
 
 }  // namespace forge::kernels
