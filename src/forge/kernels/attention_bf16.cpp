@@ -15,6 +15,48 @@
 #include "forge/kernels/cpu/dispatch.h"
 #include "forge/kernels/cpu/simd.h"
 
+namespace forge::kernels::cpu {
+
+// Plain code, compiled for the build's target: what runs before attention_bf16_available()
+// has said yes must not contain AVX-512 instructions.
+namespace {
+
+size_t round16(size_t n) { return (n + 15) / 16 * 16; }
+
+// Sizes of one head's packs, in 4-byte words.
+struct Geometry {
+  int T, hd, hp2, T2;  // hp2 = pairs per row of a head, T2 = pairs of positions
+  size_t ldt, ldt2;    // strides of the transposed packs (padded against L1 set conflicts)
+  Geometry(int T_, int hd_)
+      : T(T_), hd(hd_), hp2((hd_ + 1) / 2), T2((T_ + 1) / 2),
+        ldt(attention_key_stride(T_)), ldt2(attention_key_stride((T_ + 1) / 2)) {}
+  size_t rows() const { return round16(static_cast<size_t>(T) * hp2); }
+  size_t pairs_t() const { return round16(static_cast<size_t>(hp2) * ldt); }
+  size_t vnni() const { return round16(static_cast<size_t>(T2) * hd); }
+  size_t vnni_t() const { return round16(static_cast<size_t>(hd) * ldt2); }
+  size_t acc_t() const { return round16(static_cast<size_t>(hd) * ldt); }
+  size_t per_thread() const {
+    return 3 * rows() + 2 * pairs_t() + 2 * vnni() + 2 * vnni_t() + 2 * acc_t();
+  }
+};
+
+}  // namespace
+
+bool attention_bf16_available() {
+  static const bool cpu = __builtin_cpu_supports("avx512bf16");
+  return cpu && active_isa() == Isa::kAvx512;
+}
+
+size_t attention_bf16_saved_floats(int B, int T, int NH) {
+  return static_cast<size_t>(B) * NH * T;
+}
+
+size_t attention_bf16_workspace_floats(int T, int hd, int threads) {
+  return Geometry(T, hd).per_thread() * static_cast<size_t>(threads);
+}
+
+}  // namespace forge::kernels::cpu
+
 // The kernels below are compiled for AVX-512 with bf16 dot products whatever the build's
 // flags (the headers above are not); they run only after attention_bf16_available().
 #pragma GCC push_options
@@ -34,8 +76,6 @@ namespace simd = ::forge::kernels::simd::avx512;
 
 constexpr int kQTile = 32;  // queries per tile (even: pairs of queries never straddle tiles)
 constexpr int kKTile = 64;  // keys per tile (even, likewise)
-
-size_t round16(size_t n) { return (n + 15) / 16 * 16; }
 
 // A 4-byte word of a pack (pairs of bf16 written through other types): read by bytes.
 inline uint32_t word(const uint32_t* p) {
@@ -143,22 +183,6 @@ void gemm_acc(int M, int N, int K2, const uint32_t* A, size_t lda, const uint32_
 
 // --- one head --------------------------------------------------------------------------
 
-// Sizes of one head's packs, in 4-byte words.
-struct Geometry {
-  int T, hd, hp2, T2;  // hp2 = pairs per row of a head, T2 = pairs of positions
-  size_t ldt, ldt2;    // strides of the transposed packs (padded against L1 set conflicts)
-  Geometry(int T_, int hd_)
-      : T(T_), hd(hd_), hp2((hd_ + 1) / 2), T2((T_ + 1) / 2),
-        ldt(attention_key_stride(T_)), ldt2(attention_key_stride((T_ + 1) / 2)) {}
-  size_t rows() const { return round16(static_cast<size_t>(T) * hp2); }
-  size_t pairs_t() const { return round16(static_cast<size_t>(hp2) * ldt); }
-  size_t vnni() const { return round16(static_cast<size_t>(T2) * hd); }
-  size_t vnni_t() const { return round16(static_cast<size_t>(hd) * ldt2); }
-  size_t acc_t() const { return round16(static_cast<size_t>(hd) * ldt); }
-  size_t per_thread() const {
-    return 3 * rows() + 2 * pairs_t() + 2 * vnni() + 2 * vnni_t() + 2 * acc_t();
-  }
-};
 
 // One thread's share of the workspace.
 struct Packs {
@@ -373,19 +397,6 @@ void backward_core(float* dq, float* dk, float* dv, const float* dout, const flo
 }
 
 }  // namespace
-
-bool attention_bf16_available() {
-  static const bool cpu = __builtin_cpu_supports("avx512bf16");
-  return cpu && active_isa() == Isa::kAvx512;
-}
-
-size_t attention_bf16_saved_floats(int B, int T, int NH) {
-  return static_cast<size_t>(B) * NH * T;
-}
-
-size_t attention_bf16_workspace_floats(int T, int hd, int threads) {
-  return Geometry(T, hd).per_thread() * static_cast<size_t>(threads);
-}
 
 void attention_forward_bf16(float* out, float* saved, const float* qkv, int B, int T, int C,
                             int NH, float* workspace, int threads) {
