@@ -18,6 +18,7 @@
 #include "forge/io/atomic_file.h"
 #include "forge/io/config.h"
 #include "forge/io/safetensors.h"
+#include "forge/train/checkpoint.h"
 #include "test_util.h"
 
 namespace fs = std::filesystem;
@@ -518,4 +519,30 @@ save_file({"a": a, "half": np.array([1.5, -2.0], dtype=np.float16), "ids": np.ar
   std::memcpy(ids, f.data("ids"), sizeof ids);
   EXPECT_EQ(ids[2], 4);
   EXPECT_EQ(f.info("b").dtype, forge::DType::U8);
+}
+
+// A run killed while checkpointing leaves "<name>.tmp" directories and, in the window between
+// write_file_atomic's link and rename, "<name>.tmp.<pid>" files; the next run removes those of
+// processes that are gone, and nothing else.
+TEST(IoCheckpoint, LeftoversOfAKilledWriterAreRemoved) {
+  TempDir tmp;
+  const fs::path ck = fs::path(tmp.path()) / "checkpoints";
+  fs::create_directories(ck / "step_000010");
+  fs::create_directories(ck / "step_000020.tmp");
+  const pid_t child = ::fork();
+  if (child == 0) ::_exit(0);
+  ASSERT_GT(child, 0);
+  ::waitpid(child, nullptr, 0);  // a pid that no longer runs
+  const auto touch = [&](const std::string& name) { std::ofstream(ck / name) << "x"; };
+  touch("latest.tmp." + std::to_string(child));
+  touch("latest.tmp." + std::to_string(::getpid()));  // a live writer's: kept
+  touch("latest");
+  touch("notes.tmp.abc");
+  forge::remove_partial_checkpoints(tmp.path());
+  EXPECT_FALSE(fs::exists(ck / "step_000020.tmp"));
+  EXPECT_FALSE(fs::exists(ck / ("latest.tmp." + std::to_string(child))));
+  EXPECT_TRUE(fs::exists(ck / ("latest.tmp." + std::to_string(::getpid()))));
+  EXPECT_TRUE(fs::exists(ck / "step_000010"));
+  EXPECT_TRUE(fs::exists(ck / "latest"));
+  EXPECT_TRUE(fs::exists(ck / "notes.tmp.abc"));
 }

@@ -1,6 +1,10 @@
 #include "forge/train/checkpoint.h"
 
+#include <signal.h>
+
+#include <cerrno>
 #include <filesystem>
+#include <string>
 #include <vector>
 
 #include "forge/core/error.h"
@@ -111,13 +115,33 @@ void save_checkpoint(const std::string& dir, const ParamLayout& layout, const fl
   }
 }
 
+namespace {
+
+// "<name>.tmp.<pid>" of a process that no longer runs: what write_file_atomic leaves when its
+// writer is killed between linking the finished file under that name and renaming it over
+// the target (Linux cannot link an unnamed file over an existing one, so `latest` has that
+// window). Its target was never replaced.
+bool stale_atomic_temporary(const fs::path& p) {
+  const std::string name = p.filename().string();
+  const auto at = name.rfind(".tmp.");
+  if (at == std::string::npos) return false;
+  const std::string pid = name.substr(at + 5);
+  if (pid.empty() || pid.size() > 9 || pid.find_first_not_of("0123456789") != std::string::npos)
+    return false;
+  return ::kill(static_cast<pid_t>(std::stol(pid)), 0) != 0 && errno == ESRCH;
+}
+
+}  // namespace
+
 void remove_partial_checkpoints(const std::string& out_dir) {
   const fs::path dir = fs::path(out_dir) / "checkpoints";
   std::error_code ec;
   if (!fs::is_directory(dir, ec)) return;
   std::vector<fs::path> partial;
-  for (const auto& e : fs::directory_iterator(dir, ec))
+  for (const auto& e : fs::directory_iterator(dir, ec)) {
     if (e.is_directory(ec) && e.path().extension() == ".tmp") partial.push_back(e.path());
+    if (e.is_regular_file(ec) && stale_atomic_temporary(e.path())) partial.push_back(e.path());
+  }
   for (const auto& p : partial) fs::remove_all(p, ec);
 }
 

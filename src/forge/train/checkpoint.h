@@ -39,8 +39,10 @@ void save_checkpoint(const std::string& dir, const ParamLayout& layout, const fl
 // Loads model, optimizer and state; exp_avg / exp_avg_sq may be null (model only).
 TrainState load_checkpoint(const std::string& dir, const ParamLayout& layout, float* params,
                            float* exp_avg, float* exp_avg_sq);
-// DP (faults): removes "<name>.tmp" directories under dir/checkpoints that a process killed
-// while writing left behind (they were never renamed into place, so never a checkpoint).
+// DP (faults): removes what a process killed while writing left under dir/checkpoints:
+// "<name>.tmp" directories (never renamed into place, so never a checkpoint) and
+// "<name>.tmp.<pid>" files of processes no longer running (write_file_atomic's temporary name,
+// never renamed over its target).
 void remove_partial_checkpoints(const std::string& out_dir);
 // The model file of a checkpoint dir, or the path itself when it is a .safetensors file.
 std::string model_file_of(const std::string& path);
