@@ -127,7 +127,8 @@ void pack_vnni(uint32_t* dst, size_t ldd, const float* src, size_t stride, int r
       const __m512i lo = _mm512_cvtepu16_epi32(to_bf16_lanes(a + j, m));
       const __m512i hi =
           has_b ? _mm512_cvtepu16_epi32(to_bf16_lanes(a + stride + j, m)) : _mm512_setzero_si512();
-      _mm512_mask_storeu_epi32(o + j, first_lanes(m), _mm512_or_si512(lo, _mm512_slli_epi32(hi, 16)));
+      _mm512_mask_storeu_epi32(o + j, first_lanes(m),
+                               _mm512_or_si512(lo, _mm512_slli_epi32(hi, 16)));
     }
   }
 }
@@ -237,6 +238,16 @@ void check_team(int threads) {
               threads);
 }
 
+// S = scale Q K^T over queries [i0, i0 + nq) and keys [j0, j0 + nk), causally masked (-inf),
+// into the score tile: the first product of both passes.
+void masked_scores(float* scores, const Packs& pk, const Geometry& g, int i0, int nq, int j0,
+                   int nk, float scale) {
+  std::fill(scores, scores + nq * kKTile, 0.0f);
+  gemm_acc(nq, nk, g.hp2, pk.q_rows + static_cast<size_t>(i0) * g.hp2, g.hp2, pk.k_t + j0, g.ldt,
+           scores, kKTile);
+  for (int r = 0; r < nq; ++r) scale_and_mask(scores + r * kKTile, nk, scale, i0 + r + 1 - j0);
+}
+
 // Where the rows of every head live: position t of sequence b, query head h (kv head g) at
 // q + (b T + t) q_stride + h hd (k, v: kv_stride, g hd); out, dq, dk, dv alike. GPT-2's qkv
 // and Llama's separate q, k, v are both this.
@@ -244,15 +255,22 @@ struct Layout {
   int B, T, NH, KVH, hd;
   size_t q_stride, kv_stride, out_stride;
   size_t row(int b, int t) const { return static_cast<size_t>(b) * T + t; }
+  int group() const { return NH / KVH; }  // query heads per kv head
+  float scale() const { return 1.0f / std::sqrt(static_cast<float>(hd)); }
 };
+
+// What both passes check before their parallel region, and the packs' sizes.
+Geometry checked_geometry(const Layout& L, int threads) {
+  FORGE_CHECK(L.hd <= kMaxHeadDim, "attention head dim {} exceeds {}", L.hd, kMaxHeadDim);
+  check_team(threads);
+  return Geometry(L.T, L.hd);
+}
 
 void forward_core(float* out, float* lse, const float* q, const float* k, const float* v,
                   const Layout& L, float* workspace, int threads) {
-  const int T = L.T, hd = L.hd, group = L.NH / L.KVH;
-  FORGE_CHECK(hd <= kMaxHeadDim, "attention head dim {} exceeds {}", hd, kMaxHeadDim);
-  const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
-  const Geometry g(T, hd);
-  check_team(threads);
+  const int T = L.T, hd = L.hd, group = L.group();
+  const float scale = L.scale();
+  const Geometry g = checked_geometry(L, threads);
 #pragma omp parallel
   {
     const Packs pk(workspace + g.per_thread() * omp_get_thread_num(), g);
@@ -279,12 +297,9 @@ void forward_core(float* out, float* lse, const float* q, const float* k, const 
             std::fill(tl.acc, tl.acc + nq * hd, 0.0f);
             for (int j0 = 0; j0 < i0 + nq; j0 += kKTile) {
               const int nk = std::min(kKTile, i0 + nq - j0), nk2 = (nk + 1) / 2;
-              std::fill(tl.scores, tl.scores + nq * kKTile, 0.0f);
-              gemm_acc(nq, nk, g.hp2, pk.q_rows + static_cast<size_t>(i0) * g.hp2, g.hp2,
-                       pk.k_t + j0, g.ldt, tl.scores, kKTile);
+              masked_scores(tl.scores, pk, g, i0, nq, j0, nk, scale);
               for (int r = 0; r < nq; ++r) {
                 float* s = tl.scores + r * kKTile;
-                scale_and_mask(s, nk, scale, i0 + r + 1 - j0);
                 const float m_new = std::max(row_max[r], max_of(s, nk));
                 if (m_new > row_max[r]) {
                   // Online softmax: rescale what was accumulated under the old maximum.
@@ -317,11 +332,9 @@ void forward_core(float* out, float* lse, const float* q, const float* k, const 
 void backward_core(float* dq, float* dk, float* dv, const float* dout, const float* q,
                    const float* k, const float* v, const float* out, const float* lse,
                    const Layout& L, float* workspace, int threads) {
-  const int T = L.T, hd = L.hd, group = L.NH / L.KVH;
-  FORGE_CHECK(hd <= kMaxHeadDim, "attention head dim {} exceeds {}", hd, kMaxHeadDim);
-  const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
-  const Geometry g(T, hd);
-  check_team(threads);
+  const int T = L.T, hd = L.hd, group = L.group();
+  const float scale = L.scale();
+  const Geometry g = checked_geometry(L, threads);
 #pragma omp parallel
   {
     const Packs pk(workspace + g.per_thread() * omp_get_thread_num(), g);
@@ -356,14 +369,8 @@ void backward_core(float* dq, float* dk, float* dv, const float* dout, const flo
             for (int j0 = 0; j0 < i0 + nq; j0 += kKTile) {
               const int nk = std::min(kKTile, i0 + nq - j0), nk2 = (nk + 1) / 2;
               // P = exp(scale Q K^T - lse), masked.
-              std::fill(tl.scores, tl.scores + nq * kKTile, 0.0f);
-              gemm_acc(nq, nk, g.hp2, pk.q_rows + static_cast<size_t>(i0) * g.hp2, g.hp2,
-                       pk.k_t + j0, g.ldt, tl.scores, kKTile);
-              for (int r = 0; r < nq; ++r) {
-                float* s = tl.scores + r * kKTile;
-                scale_and_mask(s, nk, scale, i0 + r + 1 - j0);
-                exp_shifted(s, nk, row_lse[i0 + r]);
-              }
+              masked_scores(tl.scores, pk, g, i0, nq, j0, nk, scale);
+              for (int r = 0; r < nq; ++r) exp_shifted(tl.scores + r * kKTile, nk, row_lse[i0 + r]);
               // dP = dO V^T, then dS = P (dP - D) scale.
               std::fill(tl.dscores, tl.dscores + nq * kKTile, 0.0f);
               gemm_acc(nq, nk, g.hp2, pk.dout_rows + static_cast<size_t>(i0) * g.hp2, g.hp2,
