@@ -18,6 +18,7 @@
 
 #include "forge/kernels/attention.h"
 #include "forge/kernels/attention_bf16.h"
+#include "forge/kernels/bf16_gemm.h"
 #include "forge/kernels/cross_entropy.h"
 #include "forge/kernels/gelu.h"
 #include "forge/kernels/gemm.h"
@@ -115,6 +116,69 @@ void BM_GemmVia(benchmark::State& state, LinearShape s, Pass p, cpu::GemmBackend
     benchmark::ClobberMemory();
   }
   set_gemm_counters(state, g);
+}
+
+// The same three GEMMs on packed bf16 operands (oneDNN's bf16 matmul, fp32 accumulation), and
+// dweight also with dout stored transposed, [OC, N], which makes it a plain NN product.
+void BM_GemmBf16(benchmark::State& state, LinearShape s, Pass p, bool dweight_nn,
+                 bool dinp_tn) {
+  if (!cpu::native_bf16_available()) {
+    state.SkipWithError("no bf16 dot products on this CPU");
+    return;
+  }
+  LinearBuffers buf(s);
+  GemmProblem g = buf.problem(s, p);
+  std::vector<float> a_t;
+  if (dweight_nn) {  // dy^T, [OC, N]
+    a_t.resize(size_t(s.N) * s.OC);
+    for (int n = 0; n < s.N; ++n)
+      for (int o = 0; o < s.OC; ++o) a_t[size_t(o) * s.N + n] = buf.dy[size_t(n) * s.OC + o];
+    g.A = a_t.data();
+    g.transA = false;
+    g.lda = s.N;
+  }
+  if (dinp_tn) {  // dx = (dy^T)^T w with dy^T stored [OC, N]
+    a_t.resize(size_t(s.N) * s.OC);
+    for (int n = 0; n < s.N; ++n)
+      for (int o = 0; o < s.OC; ++o) a_t[size_t(o) * s.N + n] = buf.dy[size_t(n) * s.OC + o];
+    g.A = a_t.data();
+    g.transA = true;
+    g.lda = s.N;
+  }
+  const size_t a_size = size_t(g.M) * g.K, b_size = size_t(g.K) * g.N;
+  std::vector<uint16_t> a(a_size), b(b_size);
+  cpu::to_bf16(a.data(), g.A, a_size);
+  cpu::to_bf16(b.data(), g.B, b_size);
+  for (auto _ : state) {
+    cpu::gemm_bf16(g.transA, g.transB, g.M, g.N, g.K, a.data(), g.lda, b.data(), g.ldb, 0.0f, g.C,
+                   g.N);
+    benchmark::ClobberMemory();
+  }
+  set_gemm_counters(state, g);
+}
+
+// The `bf16` profile's whole linear layer (conversions included), forward or backward, so
+// that the difference from the GEMMs above is what the conversions cost.
+void BM_LinearBf16(benchmark::State& state, LinearShape s, bool backward) {
+  LinearBuffers buf(s);
+  auto bias = random_floats(s.OC, 4);
+  std::vector<float> db(s.OC), saved(cpu::bf16_linear_saved_floats(s.N, s.IC, s.OC)),
+      scratch(cpu::bf16_linear_scratch_floats(s.N, s.IC, s.OC));
+  cpu::bf16_linear_forward(buf.y.data(), saved.data(), buf.x.data(), buf.w.data(), bias.data(),
+                           s.N, s.IC, s.OC, scratch.data());
+  for (auto _ : state) {
+    if (backward)
+      cpu::bf16_linear_backward(buf.dx.data(), buf.dw.data(), db.data(), buf.dy.data(),
+                                buf.x.data(), buf.w.data(), saved.data(), s.N, s.IC, s.OC,
+                                scratch.data());
+    else
+      cpu::bf16_linear_forward(buf.y.data(), saved.data(), buf.x.data(), buf.w.data(),
+                               bias.data(), s.N, s.IC, s.OC, scratch.data());
+    benchmark::ClobberMemory();
+  }
+  state.counters["GFLOP/s"] = benchmark::Counter(
+      2.0 * s.N * s.IC * s.OC * (backward ? 2 : 1) * state.iterations(),
+      benchmark::Counter::kIsRate, benchmark::Counter::kIs1000);
 }
 
 // An MLP block's forward as the step runs it: GEMM, then an OpenMP kernel, then GEMM. With
@@ -364,7 +428,28 @@ void register_all() {
                                    cpu::GemmBackend::kForge)
           ->Unit(benchmark::kMicrosecond)
           ->UseRealTime();
+      benchmark::RegisterBenchmark(("gemm/onednn_bf16/" + suffix).c_str(), BM_GemmBf16, s, p,
+                                   false, false)
+          ->Unit(benchmark::kMicrosecond)
+          ->UseRealTime();
     }
+  for (const LinearShape& s : kShapes) {
+    const std::string n = s.name;
+    benchmark::RegisterBenchmark(("gemm/onednn_bf16/" + n + "/dweight_nn").c_str(), BM_GemmBf16,
+                                 s, Pass::kDweight, true, false)
+        ->Unit(benchmark::kMicrosecond)
+        ->UseRealTime();
+    benchmark::RegisterBenchmark(("gemm/onednn_bf16/" + n + "/dinp_tn").c_str(), BM_GemmBf16,
+                                 s, Pass::kDinp, false, true)
+        ->Unit(benchmark::kMicrosecond)
+        ->UseRealTime();
+    for (bool backward : {false, true})
+      benchmark::RegisterBenchmark(
+          ("linear/bf16/" + n + (backward ? "/bwd" : "/fwd")).c_str(), BM_LinearBf16, s,
+          backward)
+          ->Unit(benchmark::kMicrosecond)
+          ->UseRealTime();
+  }
   for (cpu::GemmBackend b :
        {cpu::GemmBackend::kOpenBLAS, cpu::GemmBackend::kOneDNN, cpu::GemmBackend::kOneDnnMatmul,
         cpu::GemmBackend::kForge})

@@ -317,3 +317,24 @@ TEST(Bf16, NativeGemmMatchesFloat64OnEveryTranspose) {
           for (int j = N; j < ldc; ++j) EXPECT_EQ(c[size_t(i) * ldc + j], c0[size_t(i) * ldc + j]);
       }
 }
+
+// The transpose behind the native backward's dout^T: every element lands at its mirrored
+// place, blocks cut by awkward edges included, and nothing between dst's rows is touched.
+TEST(Bf16, TransposeU16MovesEveryElementOnce) {
+  for_each_isa([&] {
+    for (auto [rows, cols] : {std::pair{1, 1}, std::pair{16, 16}, std::pair{17, 15},
+                              std::pair{33, 48}, std::pair{2048, 37}, std::pair{45, 301}}) {
+      SCOPED_TRACE(testing::Message() << rows << " x " << cols);
+      const size_t lds = size_t(cols) + 3, ldd = size_t(rows) + 5;
+      std::vector<uint16_t> src(size_t(rows) * lds), dst(size_t(cols) * ldd, 0xbeefu);
+      for (size_t i = 0; i < src.size(); ++i)
+        src[i] = static_cast<uint16_t>(i * 2654435761u >> 7);
+      cpu::transpose_u16(dst.data(), ldd, src.data(), lds, rows, cols);
+      for (int c = 0; c < cols; ++c)
+        for (size_t r = 0; r < ldd; ++r) {
+          const uint16_t want = r < size_t(rows) ? src[r * lds + c] : 0xbeefu;
+          ASSERT_EQ(dst[c * ldd + r], want) << "row " << r << " col " << c;
+        }
+    }
+  });
+}

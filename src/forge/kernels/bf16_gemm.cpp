@@ -136,6 +136,40 @@ __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16"))) void to_bf16_avx
   for (; i < n; ++i) out[i] = scalar::bf16_bits(in[i]);
 }
 
+// One 16 x 16 block: dst[c * ldd + r] = src[r * lds + c]. Four rounds of unpacks interleave
+// ever wider units (16, 32, 64 bits, then 128-bit lanes), as in any register transpose.
+__attribute__((target("avx2"))) void transpose_block16_avx2(uint16_t* dst, size_t ldd,
+                                                           const uint16_t* src, size_t lds) {
+  __m256i r[16], t[16];
+  for (int i = 0; i < 16; ++i)
+    r[i] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + i * lds));
+  // t[2i], t[2i+1]: rows 2i and 2i+1 paired per column (columns 0-3 | 4-7 of each lane).
+  for (int i = 0; i < 8; ++i) {
+    t[2 * i] = _mm256_unpacklo_epi16(r[2 * i], r[2 * i + 1]);
+    t[2 * i + 1] = _mm256_unpackhi_epi16(r[2 * i], r[2 * i + 1]);
+  }
+  // r[4j+k]: rows 4j..4j+3 of columns 2k, 2k+1 of each lane.
+  for (int j = 0; j < 4; ++j) {
+    r[4 * j] = _mm256_unpacklo_epi32(t[4 * j], t[4 * j + 2]);
+    r[4 * j + 1] = _mm256_unpackhi_epi32(t[4 * j], t[4 * j + 2]);
+    r[4 * j + 2] = _mm256_unpacklo_epi32(t[4 * j + 1], t[4 * j + 3]);
+    r[4 * j + 3] = _mm256_unpackhi_epi32(t[4 * j + 1], t[4 * j + 3]);
+  }
+  // t[8m+c]: rows 8m..8m+7 of column c of each lane.
+  for (int m = 0; m < 2; ++m)
+    for (int k = 0; k < 4; ++k) {
+      t[8 * m + 2 * k] = _mm256_unpacklo_epi64(r[8 * m + k], r[8 * m + 4 + k]);
+      t[8 * m + 2 * k + 1] = _mm256_unpackhi_epi64(r[8 * m + k], r[8 * m + 4 + k]);
+    }
+  // Column c (< 8) is lane 0 of t[c] then of t[8+c]; column 8+c lane 1 of both.
+  for (int c = 0; c < 8; ++c) {
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + c * ldd),
+                        _mm256_permute2x128_si256(t[c], t[8 + c], 0x20));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + (8 + c) * ldd),
+                        _mm256_permute2x128_si256(t[c], t[8 + c], 0x31));
+  }
+}
+
 bool cpu_has_avx512bf16() {
   static const bool yes = __builtin_cpu_supports("avx512bf16");
   return yes;
@@ -193,6 +227,28 @@ void to_bf16(uint16_t* out, const float* in, size_t n) {
   });
 }
 
+void transpose_u16(uint16_t* dst, size_t ldd, const uint16_t* src, size_t lds, int rows,
+                   int cols) {
+  const bool avx2 = use_avx2();
+  const int row_blocks = (rows + 15) / 16, col_blocks = (cols + 15) / 16;
+  const long blocks = static_cast<long>(row_blocks) * col_blocks;
+  // Threads take runs of row blocks: each writes its own 32-byte pieces of dst's rows.
+#pragma omp parallel for schedule(static) if (blocks > 64)
+  for (long b = 0; b < blocks; ++b) {
+    const int r0 = static_cast<int>(b % row_blocks) * 16;
+    const int c0 = static_cast<int>(b / row_blocks) * 16;
+    const uint16_t* s = src + static_cast<size_t>(r0) * lds + c0;
+    uint16_t* d = dst + static_cast<size_t>(c0) * ldd + r0;
+    if (avx2 && r0 + 16 <= rows && c0 + 16 <= cols) {
+      transpose_block16_avx2(d, ldd, s, lds);
+      continue;
+    }
+    const int nr = std::min(16, rows - r0), nc = std::min(16, cols - c0);
+    for (int c = 0; c < nc; ++c)
+      for (int r = 0; r < nr; ++r) d[c * ldd + r] = s[r * lds + c];
+  }
+}
+
 #ifdef FORGE_HAVE_DNNL
 
 bool native_bf16_available() {
@@ -227,6 +283,11 @@ namespace {
 // else bf16-rounded values left in fp32 into the fp32 GEMM (the same products, see the header).
 struct NativeBf16 {
   using Operand = uint16_t;
+  // oneDNN 2.6's bf16 matmul runs dout^T @ inp slower with dout^T read through strides
+  // than from a transposed copy (bench_kernels gemm/onednn_bf16/*/dweight vs dweight_nn).
+  // Copy included, the layer's backward came out 0-5% faster on the shapes of small and
+  // gpt2-124m (both variants alternated in one process), so backward makes the copy.
+  static constexpr bool kTransposedGradient = true;
   static void convert(Operand* out, const float* in, size_t n) { to_bf16(out, in, n); }
   static void convert_serial(Operand* out, const float* in, size_t n) {
     if (active_isa() == Isa::kAvx512 && cpu_has_avx512bf16())
@@ -244,6 +305,7 @@ struct NativeBf16 {
 
 struct RoundedFp32 {
   using Operand = float;
+  static constexpr bool kTransposedGradient = false;
   static void convert(Operand* out, const float* in, size_t n) { round_bf16(out, in, n); }
   static void convert_serial(Operand* out, const float* in, size_t n) {
     if (use_avx2())
@@ -309,8 +371,10 @@ void backward_on(float* dinp, float* dweight, float* dbias, const float* dout, c
                  const float* weight, const float* saved, int N, int IC, int OC,
                  float* scratch) {
   using T = typename Path::Operand;
+  const size_t g_floats = operand_floats<Path>(static_cast<size_t>(N) * OC);
   T* g = reinterpret_cast<T*>(scratch);
-  float* rest = scratch + operand_floats<Path>(static_cast<size_t>(N) * OC);
+  T* gt = reinterpret_cast<T*>(scratch + g_floats);  // dout^T, where the path wants it
+  float* rest = scratch + (Path::kTransposedGradient ? 2 : 1) * g_floats;
   T* x = reinterpret_cast<T*>(saved ? const_cast<float*>(saved) : rest);
   T* w = reinterpret_cast<T*>(rest + saved_floats<Path>(N, IC));
   if (!saved) Path::convert(x, inp, static_cast<size_t>(N) * IC);
@@ -319,7 +383,19 @@ void backward_on(float* dinp, float* dweight, float* dbias, const float* dout, c
     Path::convert(w, weight, static_cast<size_t>(OC) * IC);
     Path::multiply(false, false, N, IC, OC, g, OC, w, IC, dinp, IC, nullptr);  // dout @ W
   }
-  Path::multiply(true, false, OC, IC, N, g, OC, x, IC, dweight, IC, nullptr);  // dout^T @ inp
+  if constexpr (Path::kTransposedGradient) {
+    transpose_u16(gt, static_cast<size_t>(N), g, static_cast<size_t>(OC), N, OC);
+    Path::multiply(false, false, OC, IC, N, gt, N, x, IC, dweight, IC, nullptr);
+  } else {
+    Path::multiply(true, false, OC, IC, N, g, OC, x, IC, dweight, IC, nullptr);  // dout^T @ inp
+  }
+}
+
+template <typename Path>
+size_t scratch_floats(int N, int IC, int OC) {
+  const size_t g = operand_floats<Path>(static_cast<size_t>(N) * OC);
+  return (Path::kTransposedGradient ? 2 : 1) * g + saved_floats<Path>(N, IC) +
+         operand_floats<Path>(static_cast<size_t>(OC) * IC);
 }
 
 }  // namespace
@@ -331,10 +407,9 @@ size_t bf16_linear_saved_floats(int N, int IC, int OC) {
 }
 
 size_t bf16_linear_scratch_floats(int N, int IC, int OC) {
-  // Room for dout's, inp's and weight's operands, on either path (fp32 slots are the larger).
-  return operand_floats<RoundedFp32>(static_cast<size_t>(N) * OC) +
-         saved_floats<RoundedFp32>(N, IC) +
-         operand_floats<RoundedFp32>(static_cast<size_t>(OC) * IC);
+  // Room for dout's (and on the native path its transpose's), inp's and weight's operands.
+  return native_bf16_available() ? scratch_floats<NativeBf16>(N, IC, OC)
+                                 : scratch_floats<RoundedFp32>(N, IC, OC);
 }
 
 void bf16_linear_forward(float* out, float* saved, const float* inp, const float* weight,

@@ -57,6 +57,11 @@ void round_bf16(float* out, const float* in, size_t n);
 // out[i] = bf16_bits(in[i]): the packed form (half the bytes) for bf16 dot-product units.
 void to_bf16(uint16_t* out, const float* in, size_t n);
 
+// dst[c * ldd + r] = src[r * lds + c] for r < rows, c < cols: a transpose of 16-bit values
+// (packed bf16 operands), 16 x 16 blocks in registers where the CPU has AVX2.
+void transpose_u16(uint16_t* dst, size_t ldd, const uint16_t* src, size_t lds, int rows,
+                   int cols);
+
 // True when this CPU has bf16 dot-product instructions (avx512_bf16, AMX) and oneDNN can use
 // them: the linear kernels then multiply packed bf16 operands natively (about twice the fp32
 // rate) instead of running the fp32 GEMM over rounded values. FORGE_BF16_NATIVE=0 turns it
