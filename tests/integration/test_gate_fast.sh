@@ -1,13 +1,18 @@
 # EQUIVALENCE.md's gates of the `fast` profile, engine against the PyTorch reference:
 # alignment and multistep on tiny (TOLERANCE), resume (BITWISE), long-horizon on
-# configs/ci.json (CONVERGENT), dp (mpirun -np 2: BITWISE vs one process, TOLERANCE vs
-# the reference), perf on configs/ci.json (SURPASS: convergent, as good, faster in the same
-# run). A gate that cannot run fails here; nothing is skipped.
+# configs/ci-long.json (CONVERGENT), dp (mpirun -np 2: BITWISE vs one process, TOLERANCE vs
+# the reference), perf on configs/ci-long.json (SURPASS: convergent, as good, faster in the
+# same run). A gate that cannot run fails here; nothing is skipped.
+# The long runs are not on ci.json (B=4, lr 3e-3): it is chaotic at round-off level. Measured
+# there, fp32 changes of an ulp or so (the AVX2 instead of the AVX-512 kernels; GELU through
+# the logistic function instead of tanh) put forge's final validation loss anywhere from
+# 0.34% below to 0.59% above the reference's, the width of SURPASS's 0.5% bound; on
+# ci-long.json (B=8, lr 1e-3) the same runs end within 1e-8 of it.
 source "$(dirname "$0")/lib.sh"
 prepare_corpus
 data=(data.train='"data/train.bin"' data.val='"data/val.bin"')
 make_config tiny.json "$SRC/configs/tiny.json" "${data[@]}"
-make_config ci.json "$SRC/configs/ci.json" "${data[@]}"
+make_config ci-long.json "$SRC/configs/ci-long.json" "${data[@]}"
 
 # A missing reference is a failure with one line, never a skip.
 expect_error "verify without the reference interpreter" "reference interpreter .*not found" \
@@ -23,6 +28,6 @@ expect_error "verify with a reference interpreter that lacks torch" "cannot impo
 verify_gate alignment fast tiny.json 'TOLERANCE|BITWISE'
 verify_gate multistep fast tiny.json 'TOLERANCE|BITWISE' loss.png
 verify_gate resume fast tiny.json 'BITWISE'
-verify_gate long-horizon fast ci.json 'CONVERGENT|TOLERANCE|BITWISE' loss.png
+verify_gate long-horizon fast ci-long.json 'CONVERGENT|TOLERANCE|BITWISE' loss.png
 verify_gate dp fast tiny.json 'TOLERANCE|BITWISE'
-verify_gate perf fast ci.json 'SURPASS' loss.png
+verify_gate perf fast ci-long.json 'SURPASS' loss.png
