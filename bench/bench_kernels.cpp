@@ -119,7 +119,7 @@ void BM_GemmVia(benchmark::State& state, LinearShape s, Pass p, cpu::GemmBackend
 }
 
 // The same three GEMMs on packed bf16 operands (oneDNN's bf16 matmul, fp32 accumulation), and
-// dweight also with dout stored transposed, [OC, N], which makes it a plain NN product.
+// dweight and dinp also from dout stored transposed, [OC, N] (dweight then a plain NN product).
 void BM_GemmBf16(benchmark::State& state, LinearShape s, Pass p, bool dweight_nn,
                  bool dinp_tn) {
   if (!cpu::native_bf16_available()) {
@@ -128,21 +128,14 @@ void BM_GemmBf16(benchmark::State& state, LinearShape s, Pass p, bool dweight_nn
   }
   LinearBuffers buf(s);
   GemmProblem g = buf.problem(s, p);
+  // dweight_nn: dw = dy^T x with dy^T stored [OC, N]; dinp_tn: dx = (dy^T)^T w from it.
   std::vector<float> a_t;
-  if (dweight_nn) {  // dy^T, [OC, N]
+  if (dweight_nn || dinp_tn) {
     a_t.resize(size_t(s.N) * s.OC);
     for (int n = 0; n < s.N; ++n)
       for (int o = 0; o < s.OC; ++o) a_t[size_t(o) * s.N + n] = buf.dy[size_t(n) * s.OC + o];
     g.A = a_t.data();
-    g.transA = false;
-    g.lda = s.N;
-  }
-  if (dinp_tn) {  // dx = (dy^T)^T w with dy^T stored [OC, N]
-    a_t.resize(size_t(s.N) * s.OC);
-    for (int n = 0; n < s.N; ++n)
-      for (int o = 0; o < s.OC; ++o) a_t[size_t(o) * s.N + n] = buf.dy[size_t(n) * s.OC + o];
-    g.A = a_t.data();
-    g.transA = true;
+    g.transA = dinp_tn;
     g.lda = s.N;
   }
   const size_t a_size = size_t(g.M) * g.K, b_size = size_t(g.K) * g.N;
