@@ -4,7 +4,6 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
-#include <limits>
 #include <cstdint>
 #include <functional>
 #include <random>
@@ -297,37 +296,6 @@ void GeluMatchesFloat64_body() {
 }
 
 TEST(Kernels, GeluMatchesFloat64) { for_each_isa(GeluMatchesFloat64_body); }
-
-// Far out on both sides the curve is x and 0, its slope 1 and 0; NaN stays NaN. Every ISA's
-// vector body and scalar tail (17 values: one vector of 16 on AVX-512, two of 8 on AVX2,
-// then a tail).
-TEST(Kernels, GeluAtTheExtremes) {
-  for_each_isa([] {
-    const float nan = std::numeric_limits<float>::quiet_NaN();
-    const Floats x = {1e4f, -1e4f, 100.0f, -100.0f, 30.0f, -30.0f, 1e30f, -1e30f, nan,
-                      1e4f, -1e4f, 100.0f, -100.0f, 30.0f, -30.0f, 1e-30f, nan};
-    const Floats dout(x.size(), 2.0f);
-    Floats out(x.size()), dx(x.size());
-    cpu::gelu_forward(out.data(), x.data(), x.size());
-    cpu::gelu_backward(dx.data(), x.data(), dout.data(), x.size());
-    for (size_t i = 0; i < x.size(); ++i) {
-      SCOPED_TRACE(testing::Message() << "x=" << x[i]);
-      if (std::isnan(x[i])) {
-        EXPECT_TRUE(std::isnan(out[i]));
-        EXPECT_TRUE(std::isnan(dx[i]));
-      } else if (x[i] > 1.0f) {
-        EXPECT_EQ(out[i], x[i]);
-        EXPECT_EQ(dx[i], 2.0f);
-      } else if (x[i] < -1.0f) {
-        EXPECT_LE(std::abs(out[i]), 1e-30f);
-        EXPECT_LE(std::abs(dx[i]), 1e-30f);
-      } else {  // tiny x: y = x / 2, dy/dx = 1/2
-        EXPECT_FLOAT_EQ(out[i], x[i] / 2);
-        EXPECT_FLOAT_EQ(dx[i], 1.0f);
-      }
-    }
-  });
-}
 
 TEST(Kernels, GeluBackwardMatchesFiniteDifferences) {
   const size_t n = 23;
