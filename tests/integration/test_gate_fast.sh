@@ -4,8 +4,8 @@
 # the reference), perf on configs/ci-long.json (SURPASS: convergent, as good, faster in the
 # same run). A gate that cannot run fails here; nothing is skipped.
 # The long runs are not on ci.json (B=4, lr 3e-3): it is chaotic at round-off level. Measured
-# there, fp32 changes of an ulp or so (the AVX2 instead of the AVX-512 kernels; GELU through
-# the logistic function instead of tanh) put forge's final validation loss anywhere from
+# there, fp32 changes of an ulp or so (the AVX2 instead of the AVX-512 kernels; a GELU through
+# the logistic function, tried and reverted) put forge's final validation loss anywhere from
 # 0.34% below to 0.59% above the reference's, the width of SURPASS's 0.5% bound; on
 # ci-long.json (B=8, lr 1e-3) the same runs end within 1e-8 of it.
 source "$(dirname "$0")/lib.sh"
