@@ -338,3 +338,47 @@ TEST(Bf16, TransposeU16MovesEveryElementOnce) {
     }
   });
 }
+
+TEST(Bf16, GradientOperandsMatchScalarBitForBit) {
+  // Awkward sizes: partial 16-row and 16-column blocks, more columns than one thread's
+  // 512-column accumulator run, and values the rounding treats specially.
+  for_each_isa([&] {
+    for (auto [N, OC] : {std::pair{1, 1}, std::pair{16, 16}, std::pair{17, 15},
+                         std::pair{45, 301}, std::pair{130, 1100}, std::pair{2048, 37},
+                         std::pair{64, 1152}}) {
+      for (bool with_bias : {true, false}) {
+        SCOPED_TRACE(testing::Message() << N << " x " << OC << (with_bias ? " bias" : ""));
+        std::mt19937 rng(static_cast<unsigned>(N * 7919 + OC));
+        std::normal_distribution<float> normal(0.0f, 1e-3f);
+        std::vector<float> dout(size_t(N) * OC);
+        for (float& x : dout) x = normal(rng);
+        const float specials[] = {1e-40f, -3e-39f, std::numeric_limits<float>::infinity(),
+                                  3.4e38f, from_bits(0x7f800001u), -0.0f, 1.0039062f};
+        for (size_t i = 0; i < std::size(specials) && i * 97 < dout.size(); ++i)
+          dout[i * 97] = specials[i];
+        std::vector<uint16_t> g(dout.size(), 1), gt(dout.size(), 2), g_ref(dout.size()),
+            gt_ref(dout.size());
+        std::vector<float> dbias(OC, 5.0f), dbias_ref(OC);
+        cpu::bf16_gradient_operands(g.data(), gt.data(), with_bias ? dbias.data() : nullptr,
+                                    dout.data(), N, OC);
+        scalar::bf16_gradient_operands(g_ref.data(), gt_ref.data(), dbias_ref.data(),
+                                       dout.data(), N, OC);
+        for (size_t i = 0; i < g.size(); ++i) {
+          ASSERT_EQ(g[i], g_ref[i]) << "g[" << i << "] of " << dout[i];
+          ASSERT_EQ(gt[i], gt_ref[i]) << "gt[" << i << "]";
+        }
+        for (int o = 0; o < OC; ++o) {
+          if (!with_bias) {
+            ASSERT_EQ(dbias[o], 5.0f) << "dbias written without a bias";
+            continue;
+          }
+          if (std::isnan(dbias_ref[o])) {
+            ASSERT_TRUE(std::isnan(dbias[o])) << "dbias[" << o << "]";
+          } else {
+            ASSERT_EQ(to_bits(dbias[o]), to_bits(dbias_ref[o])) << "dbias[" << o << "]";
+          }
+        }
+      }
+    }
+  });
+}

@@ -64,6 +64,22 @@ void bf16_linear_backward(Real* dinp, Real* dweight, Real* dbias, const float* d
     }
 }
 
+void bf16_gradient_operands(uint16_t* g, uint16_t* gt, float* dbias, const float* dout, int N,
+                            int OC) {
+  for (int n = 0; n < N; ++n)
+    for (int o = 0; o < OC; ++o) {
+      const uint16_t b = bf16_bits(dout[static_cast<size_t>(n) * OC + o]);
+      g[static_cast<size_t>(n) * OC + o] = b;
+      gt[static_cast<size_t>(o) * N + n] = b;
+    }
+  if (dbias)
+    for (int o = 0; o < OC; ++o) {
+      float acc = 0.0f;
+      for (int n = 0; n < N; ++n) acc += dout[static_cast<size_t>(n) * OC + o];
+      dbias[o] = acc;
+    }
+}
+
 template void bf16_linear_forward<double>(double*, const float*, const float*, const float*, int,
                                           int, int);
 template void bf16_linear_backward<double>(double*, double*, double*, const float*, const float*,
@@ -249,6 +265,107 @@ void transpose_u16(uint16_t* dst, size_t ldd, const uint16_t* src, size_t lds, i
   }
 }
 
+namespace {
+
+// Columns a thread sums at a time: their accumulators (2 KiB) and a 16-row block of dout
+// across them (32 KiB) stay in L1.
+constexpr int kGradientColumns = 512;
+
+// Rows [r0, r0 + nr) by columns [c0, c0 + 16) of dout: rounded into g, added (row by row,
+// so each column keeps scalar::bf16_gradient_operands's order) into acc, transposed into gt.
+__attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16,avx2"))) void gradient_block_16(
+    uint16_t* g, uint16_t* gt, float* acc, const float* dout, int N, int OC, int r0, int nr,
+    int c0) {
+  const __m512 smallest_normal = _mm512_set1_ps(1.17549435e-38f);
+  __m512 sum = acc ? _mm512_loadu_ps(acc) : _mm512_setzero_ps();
+  for (int i = 0; i < nr; ++i) {
+    const size_t at = static_cast<size_t>(r0 + i) * OC + c0;
+    const __m512 x = _mm512_loadu_ps(dout + at);
+    if (acc) sum = _mm512_add_ps(sum, x);
+    const __m512 mag = _mm512_abs_ps(x);
+    if (_mm512_cmp_ps_mask(mag, smallest_normal, _CMP_LT_OQ) &
+        _mm512_cmp_ps_mask(mag, _mm512_setzero_ps(), _CMP_NEQ_OQ)) {
+      for (int k = 0; k < 16; ++k) g[at + k] = scalar::bf16_bits(dout[at + k]);  // denormals
+    } else {
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(g + at),
+                          reinterpret_cast<__m256i>(_mm512_cvtneps_pbh(x)));
+    }
+  }
+  if (acc) _mm512_storeu_ps(acc, sum);
+  const uint16_t* from = g + static_cast<size_t>(r0) * OC + c0;
+  uint16_t* to = gt + static_cast<size_t>(c0) * N + r0;
+  if (nr == 16) {
+    transpose_block16_avx2(to, static_cast<size_t>(N), from, static_cast<size_t>(OC));
+    return;
+  }
+  for (int c = 0; c < 16; ++c)
+    for (int i = 0; i < nr; ++i) to[static_cast<size_t>(c) * N + i] = from[i * OC + c];
+}
+
+// gradient_block_16's work for the last nc < 16 columns, one value at a time.
+void gradient_block_narrow(uint16_t* g, uint16_t* gt, float* acc, const float* dout, int N,
+                           int OC, int r0, int nr, int c0, int nc) {
+  for (int i = 0; i < nr; ++i)
+    for (int c = 0; c < nc; ++c) {
+      const size_t at = static_cast<size_t>(r0 + i) * OC + c0 + c;
+      if (acc) acc[c] += dout[at];
+      g[at] = scalar::bf16_bits(dout[at]);
+      gt[static_cast<size_t>(c0 + c) * N + r0 + i] = g[at];
+    }
+}
+
+void gradient_operands_fused(uint16_t* g, uint16_t* gt, float* dbias, const float* dout, int N,
+                             int OC) {
+  const int blocks = (OC + 15) / 16;
+  // Each thread owns a run of whole 16-column blocks and walks every row over it.
+#pragma omp parallel if (static_cast<size_t>(N) * OC >= kParallelMin)
+  {
+    const int parts = omp_get_num_threads(), id = omp_get_thread_num();
+    const int per = (blocks + parts - 1) / parts;
+    const int lo = std::min(OC, id * per * 16), hi = std::min(OC, (id + 1) * per * 16);
+    alignas(64) float acc[kGradientColumns];
+    for (int c_lo = lo; c_lo < hi; c_lo += kGradientColumns) {
+      const int c_hi = std::min(hi, c_lo + kGradientColumns);
+      std::fill(acc, acc + (c_hi - c_lo), 0.0f);
+      for (int r0 = 0; r0 < N; r0 += 16) {
+        const int nr = std::min(16, N - r0);
+        for (int c0 = c_lo; c0 < c_hi; c0 += 16) {
+          float* a = dbias ? acc + (c0 - c_lo) : nullptr;
+          if (c0 + 16 <= c_hi)
+            gradient_block_16(g, gt, a, dout, N, OC, r0, nr, c0);
+          else
+            gradient_block_narrow(g, gt, a, dout, N, OC, r0, nr, c0, c_hi - c0);
+        }
+      }
+      if (dbias) std::copy(acc, acc + (c_hi - c_lo), dbias + c_lo);
+    }
+  }
+}
+
+}  // namespace
+
+void bf16_gradient_operands(uint16_t* g, uint16_t* gt, float* dbias, const float* dout, int N,
+                            int OC) {
+  if (active_isa() == Isa::kAvx512 && cpu_has_avx512bf16()) {
+    gradient_operands_fused(g, gt, dbias, dout, N, OC);
+    return;
+  }
+  const bool avx2 = use_avx2();
+  auto convert = [&](size_t at, size_t n) {
+    if (avx2)
+      to_bf16_avx2(g + at, dout + at, n);
+    else
+      to_bf16_generic(g + at, dout + at, n);
+  };
+  if (dbias)
+    column_sums(dbias, dout, N, OC, [&](int n, int o0, int o1) {
+      convert(static_cast<size_t>(n) * OC + o0, static_cast<size_t>(o1 - o0));
+    });
+  else
+    parallel_chunks(static_cast<size_t>(N) * OC, [&](size_t lo, size_t hi) { convert(lo, hi - lo); });
+  transpose_u16(gt, static_cast<size_t>(N), g, static_cast<size_t>(OC), N, OC);
+}
+
 #ifdef FORGE_HAVE_DNNL
 
 bool native_bf16_available() {
@@ -289,14 +406,6 @@ struct NativeBf16 {
   // gpt2-124m (both variants alternated in one process), so backward makes the copy.
   static constexpr bool kTransposedGradient = true;
   static void convert(Operand* out, const float* in, size_t n) { to_bf16(out, in, n); }
-  static void convert_serial(Operand* out, const float* in, size_t n) {
-    if (active_isa() == Isa::kAvx512 && cpu_has_avx512bf16())
-      to_bf16_avx512bf16(out, in, n);
-    else if (use_avx2())
-      to_bf16_avx2(out, in, n);
-    else
-      to_bf16_generic(out, in, n);
-  }
   static void multiply(bool ta, bool tb, int M, int N, int K, const Operand* A, int lda,
                        const Operand* B, int ldb, float* C, int ldc, const float* bias) {
     gemm_bf16(ta, tb, M, N, K, A, lda, B, ldb, 0.0f, C, ldc, bias);
@@ -352,7 +461,8 @@ void forward_on(float* out, float* saved, const float* inp, const float* weight,
 }
 
 // g = bf16(dout) and, when dbias is given, dbias = column sums of the unrounded dout (in
-// bias_gradient's order), in one read of dout.
+// bias_gradient's order), in one read of dout. (The native path, which also wants dout
+// transposed, has bf16_gradient_operands instead.)
 template <typename Path>
 void convert_gradient(typename Path::Operand* g, float* dbias, const float* dout, int N,
                       int OC) {
@@ -378,13 +488,15 @@ void backward_on(float* dinp, float* dweight, float* dbias, const float* dout, c
   T* x = reinterpret_cast<T*>(saved ? const_cast<float*>(saved) : rest);
   T* w = reinterpret_cast<T*>(rest + saved_floats<Path>(N, IC));
   if (!saved) Path::convert(x, inp, static_cast<size_t>(N) * IC);
-  convert_gradient<Path>(g, dbias, dout, N, OC);
+  if constexpr (Path::kTransposedGradient)
+    bf16_gradient_operands(g, gt, dbias, dout, N, OC);
+  else
+    convert_gradient<Path>(g, dbias, dout, N, OC);
   if (dinp) {
     Path::convert(w, weight, static_cast<size_t>(OC) * IC);
     Path::multiply(false, false, N, IC, OC, g, OC, w, IC, dinp, IC, nullptr);  // dout @ W
   }
   if constexpr (Path::kTransposedGradient) {
-    transpose_u16(gt, static_cast<size_t>(N), g, static_cast<size_t>(OC), N, OC);
     Path::multiply(false, false, OC, IC, N, gt, N, x, IC, dweight, IC, nullptr);
   } else {
     Path::multiply(true, false, OC, IC, N, g, OC, x, IC, dweight, IC, nullptr);  // dout^T @ inp
