@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstring>
 
 namespace forge {
 
@@ -18,32 +19,28 @@ using Vec = __m512;
 constexpr int kLanes = 16;
 inline Vec vset(float x) { return _mm512_set1_ps(x); }
 inline Vec vfma(Vec a, Vec b, Vec c) { return _mm512_fmadd_ps(a, b, c); }
-inline float vsum(Vec a) {  // (not _mm512_reduce_add_ps: g++ 12 warns inside its header)
-  alignas(64) float t[16];
-  _mm512_store_ps(t, a);
-  float s = 0;
-  for (float x : t) s += x;
-  return s;
-}
 #elif defined(__AVX2__) && defined(__FMA__)
 using Vec = __m256;
 constexpr int kLanes = 8;
 inline Vec vset(float x) { return _mm256_set1_ps(x); }
 inline Vec vfma(Vec a, Vec b, Vec c) { return _mm256_fmadd_ps(a, b, c); }
-inline float vsum(Vec a) {
-  alignas(32) float t[8];
-  _mm256_store_ps(t, a);
-  float s = 0;
-  for (float x : t) s += x;
-  return s;
-}
 #else
 using Vec = float;
 constexpr int kLanes = 1;
 inline Vec vset(float x) { return x; }
 inline Vec vfma(Vec a, Vec b, Vec c) { return a * b + c; }
-inline float vsum(Vec a) { return a; }
 #endif
+
+// The lanes of a vector (or a float) added through memory: _mm512_reduce_add_ps makes g++ 12
+// warn inside its own header.
+template <typename V>
+float vsum(V v) {
+  float lanes[sizeof(V) / sizeof(float)];
+  std::memcpy(lanes, &v, sizeof v);
+  float s = 0;
+  for (float x : lanes) s += x;
+  return s;
+}
 
 double fma_kernel(long iters) {
   Vec acc[12];
@@ -70,11 +67,7 @@ double bf16_kernel(long iters) {
   }
   __m512 total = acc[0];
   for (int i = 1; i < kBf16Chains; ++i) total = _mm512_add_ps(total, acc[i]);
-  alignas(64) float lanes[16];
-  _mm512_store_ps(lanes, total);
-  float s = 0;
-  for (float x : lanes) s += x;
-  return s;
+  return vsum(total);
 }
 #endif
 
