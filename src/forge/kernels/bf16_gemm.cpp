@@ -327,16 +327,17 @@ void gradient_operands_fused(uint16_t* g, uint16_t* gt, float* dbias, const floa
     for (int c_lo = lo; c_lo < hi; c_lo += kGradientColumns) {
       const int c_hi = std::min(hi, c_lo + kGradientColumns);
       std::fill(acc, acc + (c_hi - c_lo), 0.0f);
-      for (int r0 = 0; r0 < N; r0 += 16) {
-        const int nr = std::min(16, N - r0);
-        for (int c0 = c_lo; c0 < c_hi; c0 += 16) {
-          float* a = dbias ? acc + (c0 - c_lo) : nullptr;
-          if (c0 + 16 <= c_hi)
-            gradient_block_16(g, gt, a, dout, N, OC, r0, nr, c0);
-          else
-            gradient_block_narrow(g, gt, a, dout, N, OC, r0, nr, c0, c_hi - c0);
-        }
-      }
+      // 32 rows at a time: gt's rows then take whole 64-byte lines at once.
+      for (int r_lo = 0; r_lo < N; r_lo += 32)
+        for (int c0 = c_lo; c0 < c_hi; c0 += 16)
+          for (int r0 = r_lo; r0 < std::min(N, r_lo + 32); r0 += 16) {
+            const int nr = std::min(16, N - r0);
+            float* a = dbias ? acc + (c0 - c_lo) : nullptr;
+            if (c0 + 16 <= c_hi)
+              gradient_block_16(g, gt, a, dout, N, OC, r0, nr, c0);
+            else
+              gradient_block_narrow(g, gt, a, dout, N, OC, r0, nr, c0, c_hi - c0);
+          }
       if (dbias) std::copy(acc, acc + (c_hi - c_lo), dbias + c_lo);
     }
   }
