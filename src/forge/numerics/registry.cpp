@@ -10,7 +10,6 @@ std::vector<std::string> numerics_profiles() { return {"fast", "torch-cpu", "bf1
 std::unique_ptr<Numerics> make_numerics(const std::string& profile) {
   if (profile == "fast") return make_fast_numerics();
   if (profile == "torch-cpu") return make_torch_cpu_numerics();
-  // Wire make_bf16_numerics() here once its file lands.
   if (profile == "bf16") return make_bf16_numerics();
   fail("numerics profile '{}' is unknown: expected one of fast, torch-cpu, bf16", profile);
 }

@@ -1,0 +1,56 @@
+# forge bench end to end on a tiny config: both profiles beside PyTorch 2.13 (eager), the JSON
+# report with every field issue 5 names, the Markdown table, the per-op breakdown; bad input
+# refused in one line before anything runs. No timing is asserted: speed is not a test.
+# Usage: bash test_bench.sh FORGE_BINARY SOURCE_DIR
+source "$(dirname "$0")/lib.sh"
+[ -x "$SRC/.venv/bin/python" ] || fail "the reference interpreter $SRC/.venv/bin/python is missing"
+prepare_corpus
+make_config ci.json "$SRC/configs/ci.json" data.train='"data/train.bin"' \
+  data.val='"data/val.bin"' out_dir='"run"'
+
+"$FORGE" bench --config ci.json --profiles fast,bf16 --reference torch --modes eager \
+  --steps 5 --warmup 1 --breakdown --json report.json --md report.md >table.md 2>err.txt ||
+  { cat err.txt >&2; fail "forge bench failed"; }
+
+"$SRC/.venv/bin/python" - <<'PYEOF' || fail "report.json is not what issue 5 asks for"
+import json, sys
+r = json.load(open("report.json"))
+problems = []
+def need(cond, what):
+    if not cond:
+        problems.append(what)
+need(r["peak_fp32_flops"] > 1e9, "peak_fp32_flops measured")
+need(r["flops_per_token"] > 0, "flops_per_token")
+need(r["threads"] == 2 and r["steps"] == 5 and r["warmup"] == 1, "the run's settings")
+for prof, dtype in (("fast", "fp32"), ("bf16", "bf16")):
+    p = r["profiles"][prof]
+    sides = [("engine", p["engine"])] + list(p["references"].items())
+    need(len(p["references"]) == 1, f"{prof}: one reference (eager)")
+    for name, s in sides:
+        need(s["tokens_per_s"] > 0, f"{prof} {name}: tokens_per_s")
+        need(0 < s["mfu"] < 2, f"{prof} {name}: mfu")
+        need(s["peak_rss_bytes"] > 1 << 20, f"{prof} {name}: peak_rss_bytes")
+        need(s["step_ms_min"] <= s["step_ms_median"] <= s["step_ms_max"], f"{prof} {name}: step ms")
+    ref_name, ref = next(iter(p["references"].items()))
+    need("eager" in ref_name and dtype in ref_name, f"{prof}: reference named {ref_name}")
+    ratio = p["engine"]["tokens_per_s"] / ref["tokens_per_s"]
+    need(abs(p["ratio_to_fastest_reference"] - ratio) < 1e-9 * ratio, f"{prof}: ratio")
+    ops = p["engine_op_seconds_per_step"]
+    need(all(k in ops for k in ("linear fwd", "linear bwd", "attention fwd", "clip + AdamW")),
+         f"{prof}: breakdown ops {sorted(ops)}")
+    need(all(v >= 0 for v in ops.values()), f"{prof}: breakdown times")
+for p in problems:
+    print("missing or wrong:", p, file=sys.stderr)
+sys.exit(1 if problems else 0)
+PYEOF
+
+grep -q '^| fast | forge fast |' report.md || fail "report.md lacks the fast row"
+grep -q '^| bf16 | torch-.* eager bf16 |' report.md || fail "report.md lacks the bf16 reference row"
+grep -q "Where a \`bf16\` step's time goes" table.md || fail "stdout lacks the bf16 breakdown"
+echo "ok: $(head -n 1 report.md)"
+
+expect_error "unknown profile" "--profiles: 'fats'" "$FORGE" bench --config ci.json --profiles fats
+expect_error "unknown mode" "--modes: 'eagre'" "$FORGE" bench --config ci.json --modes eagre
+expect_error "unknown reference" "--reference: expected torch or none" \
+  "$FORGE" bench --config ci.json --reference tensorflow
+expect_error "missing config" "nope\.json" "$FORGE" bench --config nope.json
