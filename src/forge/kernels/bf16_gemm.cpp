@@ -267,8 +267,8 @@ void transpose_u16(uint16_t* dst, size_t ldd, const uint16_t* src, size_t lds, i
 
 namespace {
 
-// Columns a thread sums at a time: their accumulators (2 KiB) and a 16-row block of dout
-// across them (32 KiB) stay in L1.
+// Columns a thread sums at a time: their accumulators (2 KiB) stay in L1 while it walks the
+// rows.
 constexpr int kGradientColumns = 512;
 
 // Rows [r0, r0 + nr) by columns [c0, c0 + 16) of dout: rounded into g, added (row by row,
@@ -363,7 +363,8 @@ void bf16_gradient_operands(uint16_t* g, uint16_t* gt, float* dbias, const float
       convert(static_cast<size_t>(n) * OC + o0, static_cast<size_t>(o1 - o0));
     });
   else
-    parallel_chunks(static_cast<size_t>(N) * OC, [&](size_t lo, size_t hi) { convert(lo, hi - lo); });
+    parallel_chunks(static_cast<size_t>(N) * OC,
+                    [&](size_t lo, size_t hi) { convert(lo, hi - lo); });
   transpose_u16(gt, static_cast<size_t>(N), g, static_cast<size_t>(OC), N, OC);
 }
 
