@@ -127,8 +127,8 @@ void run_bench(const BenchOptions& o) {
   const auto known = numerics_profiles();
   for (const auto& prof : profiles)
     if (std::find(known.begin(), known.end(), prof) == known.end())
-      fail("--profiles: '{}' is not a numerics profile: expected some of fast, torch-cpu, bf16",
-           prof);
+      fail("--profiles: '{}' is not a numerics profile: expected some of {}", prof,
+           fmt::join(known, ", "));
   for (const auto& mode : modes)
     if (mode != "eager" && mode != "compile")
       fail("--modes: '{}' is not a reference mode: expected eager, compile or both", mode);

@@ -133,22 +133,25 @@ __attribute__((target("avx2"))) void to_bf16_avx2(uint16_t* out, const float* in
 // NaN quietened as scalar::bf16_bits does). It reads denormal inputs as zero, so a vector
 // holding one takes the integer path instead; training values are never that small, so the
 // check costs a compare and a rarely taken branch.
+// out[0, 16) = bf16_bits of x, the 16 values at in (x loaded from there).
+__attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16"))) inline void to_bf16_16(
+    uint16_t* out, const float* in, __m512 x) {
+  const __m512 mag = _mm512_abs_ps(x);
+  const __mmask16 denormal = _mm512_cmp_ps_mask(mag, _mm512_set1_ps(1.17549435e-38f),
+                                                _CMP_LT_OQ) &
+                             _mm512_cmp_ps_mask(mag, _mm512_setzero_ps(), _CMP_NEQ_OQ);
+  if (denormal) {
+    for (int k = 0; k < 16; ++k) out[k] = scalar::bf16_bits(in[k]);
+    return;
+  }
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(out),
+                      reinterpret_cast<__m256i>(_mm512_cvtneps_pbh(x)));
+}
+
 __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16"))) void to_bf16_avx512bf16(
     uint16_t* out, const float* in, size_t n) {
-  const __m512 smallest_normal = _mm512_set1_ps(1.17549435e-38f);
   size_t i = 0;
-  for (; i + 16 <= n; i += 16) {
-    const __m512 x = _mm512_loadu_ps(in + i);
-    const __m512 mag = _mm512_abs_ps(x);
-    const __mmask16 denormal = _mm512_cmp_ps_mask(mag, smallest_normal, _CMP_LT_OQ) &
-                               _mm512_cmp_ps_mask(mag, _mm512_setzero_ps(), _CMP_NEQ_OQ);
-    if (denormal) {
-      for (size_t k = i; k < i + 16; ++k) out[k] = scalar::bf16_bits(in[k]);
-      continue;
-    }
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + i),
-                        reinterpret_cast<__m256i>(_mm512_cvtneps_pbh(x)));
-  }
+  for (; i + 16 <= n; i += 16) to_bf16_16(out + i, in + i, _mm512_loadu_ps(in + i));
   for (; i < n; ++i) out[i] = scalar::bf16_bits(in[i]);
 }
 
@@ -201,6 +204,36 @@ void to_bf16_generic(uint16_t* out, const float* in, size_t n) {
 
 bool use_avx2() { return active_isa() != Isa::kGeneric; }
 
+// round_bf16 on one thread.
+void round_bf16_serial(float* out, const float* in, size_t n) {
+  if (use_avx2())
+    round_bf16_avx2(out, in, n);
+  else
+    round_bf16_generic(out, in, n);
+}
+
+// to_bf16 on one thread, in the widest form this CPU and the active ISA allow.
+void to_bf16_serial(uint16_t* out, const float* in, size_t n) {
+  if (active_isa() == Isa::kAvx512 && cpu_has_avx512bf16())
+    to_bf16_avx512bf16(out, in, n);
+  else if (use_avx2())
+    to_bf16_avx2(out, in, n);
+  else
+    to_bf16_generic(out, in, n);
+}
+
+// One block of transpose_u16 (rows, cols <= 16): in registers when it is whole and the CPU
+// has AVX2, else one value at a time.
+void transpose_block(uint16_t* d, size_t ldd, const uint16_t* s, size_t lds, int rows, int cols,
+                     bool avx2) {
+  if (avx2 && rows == 16 && cols == 16) {
+    transpose_block16_avx2(d, ldd, s, lds);
+    return;
+  }
+  for (int c = 0; c < cols; ++c)
+    for (int r = 0; r < rows; ++r) d[c * ldd + r] = s[r * lds + c];
+}
+
 // Splits [0, n) over the OpenMP team in chunks of whole cache lines.
 template <typename F>
 void parallel_chunks(size_t n, F&& f) {
@@ -221,26 +254,12 @@ void parallel_chunks(size_t n, F&& f) {
 }  // namespace
 
 void round_bf16(float* out, const float* in, size_t n) {
-  const bool avx2 = use_avx2();
-  parallel_chunks(n, [&](size_t lo, size_t hi) {
-    if (avx2)
-      round_bf16_avx2(out + lo, in + lo, hi - lo);
-    else
-      round_bf16_generic(out + lo, in + lo, hi - lo);
-  });
+  parallel_chunks(n,
+                  [&](size_t lo, size_t hi) { round_bf16_serial(out + lo, in + lo, hi - lo); });
 }
 
 void to_bf16(uint16_t* out, const float* in, size_t n) {
-  const bool avx2 = use_avx2();
-  const bool bf16 = active_isa() == Isa::kAvx512 && cpu_has_avx512bf16();
-  parallel_chunks(n, [&](size_t lo, size_t hi) {
-    if (bf16)
-      to_bf16_avx512bf16(out + lo, in + lo, hi - lo);
-    else if (avx2)
-      to_bf16_avx2(out + lo, in + lo, hi - lo);
-    else
-      to_bf16_generic(out + lo, in + lo, hi - lo);
-  });
+  parallel_chunks(n, [&](size_t lo, size_t hi) { to_bf16_serial(out + lo, in + lo, hi - lo); });
 }
 
 void transpose_u16(uint16_t* dst, size_t ldd, const uint16_t* src, size_t lds, int rows,
@@ -255,13 +274,7 @@ void transpose_u16(uint16_t* dst, size_t ldd, const uint16_t* src, size_t lds, i
     const int c0 = static_cast<int>(b / row_blocks) * 16;
     const uint16_t* s = src + static_cast<size_t>(r0) * lds + c0;
     uint16_t* d = dst + static_cast<size_t>(c0) * ldd + r0;
-    if (avx2 && r0 + 16 <= rows && c0 + 16 <= cols) {
-      transpose_block16_avx2(d, ldd, s, lds);
-      continue;
-    }
-    const int nr = std::min(16, rows - r0), nc = std::min(16, cols - c0);
-    for (int c = 0; c < nc; ++c)
-      for (int r = 0; r < nr; ++r) d[c * ldd + r] = s[r * lds + c];
+    transpose_block(d, ldd, s, lds, std::min(16, rows - r0), std::min(16, cols - c0), avx2);
   }
 }
 
@@ -276,30 +289,16 @@ constexpr int kGradientColumns = 512;
 __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16,avx2"))) void gradient_block_16(
     uint16_t* g, uint16_t* gt, float* acc, const float* dout, int N, int OC, int r0, int nr,
     int c0) {
-  const __m512 smallest_normal = _mm512_set1_ps(1.17549435e-38f);
   __m512 sum = acc ? _mm512_loadu_ps(acc) : _mm512_setzero_ps();
   for (int i = 0; i < nr; ++i) {
     const size_t at = static_cast<size_t>(r0 + i) * OC + c0;
     const __m512 x = _mm512_loadu_ps(dout + at);
     if (acc) sum = _mm512_add_ps(sum, x);
-    const __m512 mag = _mm512_abs_ps(x);
-    if (_mm512_cmp_ps_mask(mag, smallest_normal, _CMP_LT_OQ) &
-        _mm512_cmp_ps_mask(mag, _mm512_setzero_ps(), _CMP_NEQ_OQ)) {
-      for (int k = 0; k < 16; ++k) g[at + k] = scalar::bf16_bits(dout[at + k]);  // denormals
-    } else {
-      _mm256_storeu_si256(reinterpret_cast<__m256i*>(g + at),
-                          reinterpret_cast<__m256i>(_mm512_cvtneps_pbh(x)));
-    }
+    to_bf16_16(g + at, dout + at, x);
   }
   if (acc) _mm512_storeu_ps(acc, sum);
-  const uint16_t* from = g + static_cast<size_t>(r0) * OC + c0;
-  uint16_t* to = gt + static_cast<size_t>(c0) * N + r0;
-  if (nr == 16) {
-    transpose_block16_avx2(to, static_cast<size_t>(N), from, static_cast<size_t>(OC));
-    return;
-  }
-  for (int c = 0; c < 16; ++c)
-    for (int i = 0; i < nr; ++i) to[static_cast<size_t>(c) * N + i] = from[i * OC + c];
+  transpose_block(gt + static_cast<size_t>(c0) * N + r0, static_cast<size_t>(N),
+                  g + static_cast<size_t>(r0) * OC + c0, static_cast<size_t>(OC), nr, 16, true);
 }
 
 // gradient_block_16's work for the last nc < 16 columns, one value at a time.
@@ -310,8 +309,9 @@ void gradient_block_narrow(uint16_t* g, uint16_t* gt, float* acc, const float* d
       const size_t at = static_cast<size_t>(r0 + i) * OC + c0 + c;
       if (acc) acc[c] += dout[at];
       g[at] = scalar::bf16_bits(dout[at]);
-      gt[static_cast<size_t>(c0 + c) * N + r0 + i] = g[at];
     }
+  transpose_block(gt + static_cast<size_t>(c0) * N + r0, static_cast<size_t>(N),
+                  g + static_cast<size_t>(r0) * OC + c0, static_cast<size_t>(OC), nr, nc, false);
 }
 
 void gradient_operands_fused(uint16_t* g, uint16_t* gt, float* dbias, const float* dout, int N,
@@ -351,20 +351,13 @@ void bf16_gradient_operands(uint16_t* g, uint16_t* gt, float* dbias, const float
     gradient_operands_fused(g, gt, dbias, dout, N, OC);
     return;
   }
-  const bool avx2 = use_avx2();
-  auto convert = [&](size_t at, size_t n) {
-    if (avx2)
-      to_bf16_avx2(g + at, dout + at, n);
-    else
-      to_bf16_generic(g + at, dout + at, n);
-  };
   if (dbias)
     column_sums(dbias, dout, N, OC, [&](int n, int o0, int o1) {
-      convert(static_cast<size_t>(n) * OC + o0, static_cast<size_t>(o1 - o0));
+      const size_t at = static_cast<size_t>(n) * OC + o0;
+      to_bf16_serial(g + at, dout + at, static_cast<size_t>(o1 - o0));
     });
   else
-    parallel_chunks(static_cast<size_t>(N) * OC,
-                    [&](size_t lo, size_t hi) { convert(lo, hi - lo); });
+    to_bf16(g, dout, static_cast<size_t>(N) * OC);
   transpose_u16(gt, static_cast<size_t>(N), g, static_cast<size_t>(OC), N, OC);
 }
 
@@ -419,10 +412,7 @@ struct RoundedFp32 {
   static constexpr bool kTransposedGradient = false;
   static void convert(Operand* out, const float* in, size_t n) { round_bf16(out, in, n); }
   static void convert_serial(Operand* out, const float* in, size_t n) {
-    if (use_avx2())
-      round_bf16_avx2(out, in, n);
-    else
-      round_bf16_generic(out, in, n);
+    round_bf16_serial(out, in, n);
   }
   static void multiply(bool ta, bool tb, int M, int N, int K, const Operand* A, int lda,
                        const Operand* B, int ldb, float* C, int ldc, const float* bias) {
