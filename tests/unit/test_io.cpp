@@ -18,6 +18,7 @@
 #include "forge/io/atomic_file.h"
 #include "forge/io/config.h"
 #include "forge/io/safetensors.h"
+#include "forge/model/params.h"
 #include "forge/train/checkpoint.h"
 #include "test_util.h"
 
@@ -545,4 +546,25 @@ TEST(IoCheckpoint, LeftoversOfAKilledWriterAreRemoved) {
   EXPECT_TRUE(fs::exists(ck / "step_000010"));
   EXPECT_TRUE(fs::exists(ck / "latest"));
   EXPECT_TRUE(fs::exists(ck / "notes.tmp.abc"));
+}
+
+// Large buffers are placed for transparent huge pages (2 MiB aligned); small ones are only
+// cache-line aligned. Both come zero-filled and keep every element they were asked for.
+TEST(FloatBufferTest, LargeBuffersAreHugePageAlignedAndZeroed) {
+  const char* env = std::getenv("FORGE_HUGE_PAGES");
+  const bool huge_pages = !(env && std::strcmp(env, "0") == 0);
+  for (size_t n : {size_t{1}, size_t{1000}, (size_t{2} << 20) / 4 - 1, (size_t{2} << 20) / 4,
+                   (size_t{5} << 20) / 4 + 3}) {
+    forge::FloatBuffer b(n);
+    ASSERT_EQ(b.size(), n);
+    const auto at = reinterpret_cast<uintptr_t>(b.data());
+    EXPECT_EQ(at % 64, 0u) << n;
+    if (n * sizeof(float) >= (size_t{2} << 20) && huge_pages) {
+      EXPECT_EQ(at % (size_t{2} << 20), 0u) << n;
+    }
+    for (size_t i = 0; i < n; ++i) ASSERT_EQ(b.data()[i], 0.0f) << n << " at " << i;
+    b.data()[n - 1] = 1.5f;  // the last element is the buffer's own
+    b.zero();
+    EXPECT_EQ(b.data()[n - 1], 0.0f);
+  }
 }

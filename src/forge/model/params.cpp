@@ -1,5 +1,7 @@
 #include "forge/model/params.h"
 
+#include <sys/mman.h>
+
 #include <cstdlib>
 #include <cstring>
 #include <new>
@@ -41,6 +43,20 @@ size_t ParamLayout::numel() const {
   return n;
 }
 
+namespace {
+
+constexpr size_t kHugePage = size_t{2} << 20;
+
+bool huge_pages_wanted() {
+  static const bool wanted = [] {
+    const char* v = std::getenv("FORGE_HUGE_PAGES");
+    return !(v && std::strcmp(v, "0") == 0);
+  }();
+  return wanted;
+}
+
+}  // namespace
+
 FloatBuffer::~FloatBuffer() { std::free(ptr_); }
 
 FloatBuffer::FloatBuffer(FloatBuffer&& o) noexcept
@@ -61,8 +77,11 @@ void FloatBuffer::resize(size_t n) {
   n_ = n;
   if (n == 0) return;
   size_t bytes = (n * sizeof(float) + 63) / 64 * 64;
-  ptr_ = static_cast<float*>(std::aligned_alloc(64, bytes));
+  const bool huge = bytes >= kHugePage && huge_pages_wanted();
+  if (huge) bytes = (bytes + kHugePage - 1) / kHugePage * kHugePage;
+  ptr_ = static_cast<float*>(std::aligned_alloc(huge ? kHugePage : 64, bytes));
   if (!ptr_) fail("out of memory: cannot allocate {} MiB", bytes >> 20);
+  if (huge) ::madvise(ptr_, bytes, MADV_HUGEPAGE);  // advice only: a refusal changes nothing
   std::memset(ptr_, 0, bytes);
 }
 

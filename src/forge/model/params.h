@@ -35,7 +35,10 @@ class ParamLayout {
   size_t total_ = 0;
 };
 
-// A 64-byte-aligned float buffer owned for the whole run (planned at start-up).
+// A 64-byte-aligned float buffer owned for the whole run (planned at start-up). Buffers of
+// 2 MiB and more start on a 2 MiB boundary, are rounded up to whole 2 MiB, and are advised
+// to the kernel as transparent huge pages (where THP is "madvise", as on Debian, nothing else
+// gets them); FORGE_HUGE_PAGES=0 turns that off.
 class FloatBuffer {
  public:
   FloatBuffer() = default;
