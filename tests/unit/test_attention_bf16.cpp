@@ -69,6 +69,79 @@ TEST(AttentionBf16, MatchesFloat64WithinBf16Error) {
   check_bf16_attention(1, 256, 4 * 64, 4, 1.0f);
 }
 
+// Masking, exactly: a query never sees a later key. Changing every key and value after
+// position p leaves out and dq of rows up to p bit for bit as they were; changing every
+// query and output gradient before p leaves dk and dv of positions from p on unchanged. Run
+// on sizes that put p inside a tile, on a tile's edge and in the diagonal tile's masked
+// corner, where a block that read one vector too far or too few would show.
+void check_bf16_causality(int B, int T, int C, int NH, int p) {
+  SCOPED_TRACE(testing::Message() << "B=" << B << " T=" << T << " C=" << C << " NH=" << NH
+                                  << " p=" << p);
+  const int threads = omp_get_max_threads();
+  const size_t C3 = 3 * size_t(C);
+  struct Run {
+    Floats out, dqkv;
+  };
+  auto run = [&](const Floats& qkv, const Floats& dout) {
+    Floats out(size_t(B) * T * C), saved(cpu::attention_bf16_saved_floats(B, T, NH)),
+        dqkv(qkv.size()), workspace(cpu::attention_bf16_workspace_floats(T, C / NH, threads));
+    cpu::attention_forward_bf16(out.data(), saved.data(), qkv.data(), B, T, C, NH, workspace.data(),
+                                threads);
+    cpu::attention_backward_bf16(dqkv.data(), dout.data(), qkv.data(), out.data(), saved.data(), B,
+                                 T, C, NH, workspace.data(), threads);
+    return Run{out, dqkv};
+  };
+  const Floats qkv = random_floats(size_t(B) * T * C3, 70, 1.5f),
+               dout = random_floats(size_t(B) * T * C, 71);
+  const Run base = run(qkv, dout);
+  // Later keys and values replaced: rows t <= p of out and of dq unchanged.
+  Floats later = qkv;
+  for (int b = 0; b < B; ++b)
+    for (int t = p + 1; t < T; ++t)
+      for (size_t c = C; c < C3; ++c) later[(size_t(b) * T + t) * C3 + c] *= -3.0f;
+  const Run after = run(later, dout);
+  size_t changed = 0, moved = 0;
+  for (int b = 0; b < B; ++b)
+    for (int t = 0; t < T; ++t)
+      for (int c = 0; c < C; ++c) {
+        const size_t row = size_t(b) * T + t;
+        const bool same = after.out[row * C + c] == base.out[row * C + c] &&
+                          after.dqkv[row * C3 + c] == base.dqkv[row * C3 + c];
+        if (t <= p)
+          changed += !same;
+        else
+          moved += !same;
+      }
+  EXPECT_EQ(changed, 0u) << "rows up to p saw a later key";
+  EXPECT_GT(moved, 0u) << "the change reached no later row at all";
+  // Earlier queries and output gradients replaced: dk, dv of positions from p on unchanged.
+  Floats earlier_qkv = qkv, earlier_dout = dout;
+  for (int b = 0; b < B; ++b)
+    for (int t = 0; t < p; ++t) {
+      for (int c = 0; c < C; ++c) {
+        earlier_qkv[(size_t(b) * T + t) * C3 + c] *= -2.0f;
+        earlier_dout[(size_t(b) * T + t) * C + c] *= 0.5f;
+      }
+    }
+  const Run before = run(earlier_qkv, earlier_dout);
+  changed = 0;
+  for (int b = 0; b < B; ++b)
+    for (int t = p; t < T; ++t)
+      for (size_t c = C; c < C3; ++c) {
+        const size_t at = (size_t(b) * T + t) * C3 + c;
+        changed += before.dqkv[at] != base.dqkv[at];
+      }
+  EXPECT_EQ(changed, 0u) << "keys from p on took a gradient from an earlier query";
+}
+
+TEST(AttentionBf16, IsExactlyCausal) {
+  if (!cpu::attention_bf16_available()) GTEST_SKIP() << "no avx512_bf16 on this CPU";
+  check_bf16_causality(1, 150, 2 * 19, 2, 75);   // p inside a query tile and a key tile
+  check_bf16_causality(2, 97, 2 * 32, 2, 63);    // p at a key tile's last position
+  check_bf16_causality(1, 200, 3 * 16, 3, 100);  // p where a 6-row block straddles vectors
+  check_bf16_causality(1, 13, 3 * 7, 3, 4);      // one tile, odd head dim
+}
+
 // Grouped-query attention (Llama): the same kernels over separate q, k, v; dk and dv sum over
 // each kv head's group of query heads.
 void check_bf16_gqa(forge::kernels::GqaShape s) {

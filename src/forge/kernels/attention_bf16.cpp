@@ -99,11 +99,20 @@ inline __m256i to_bf16_lanes(const float* x, int n) {
 // B[2p][n] | B[2p + 1][n] << 16). An odd K gets a zero partner.
 
 // dst[t * ceil(n / 2) + p] = pair (2p, 2p + 1) of bf16(src[t * stride + 0..n)), t < rows.
+// The packs read one head's slice of rows thousands of bytes apart, a stride the hardware
+// prefetchers do not follow: each row's lines are requested this many rows ahead.
+constexpr int kPrefetchRows = 16;
+
+inline void prefetch_row(const float* x, int n) {
+  for (int d = 0; d < n; d += 16) _mm_prefetch(reinterpret_cast<const char*>(x + d), _MM_HINT_T0);
+}
+
 void pack_rows(uint32_t* dst, const float* src, size_t stride, int rows, int n) {
   const int pairs = (n + 1) / 2;
   for (int t = 0; t < rows; ++t) {
     uint32_t* o = dst + static_cast<size_t>(t) * pairs;
     const float* x = src + static_cast<size_t>(t) * stride;
+    if (t + kPrefetchRows < rows) prefetch_row(x + kPrefetchRows * stride, n);
     for (int d = 0; d < n; d += 32) {
       // 32 values in order are 16 words; an odd tail's missing partner converts as zero.
       const int m = std::min(32, n - d);
@@ -121,6 +130,9 @@ void pack_vnni(uint32_t* dst, size_t ldd, const float* src, size_t stride, int r
   for (int q = 0; q < (rows + 1) / 2; ++q) {
     const float* a = src + static_cast<size_t>(2 * q) * stride;
     const bool has_b = 2 * q + 1 < rows;
+    for (int ahead = 2 * q + kPrefetchRows; ahead < std::min(rows, 2 * q + kPrefetchRows + 2);
+         ++ahead)
+      prefetch_row(src + static_cast<size_t>(ahead) * stride, n);
     uint32_t* o = dst + static_cast<size_t>(q) * ldd;
     for (int j = 0; j < n; j += 16) {
       const int m = std::min(16, n - j);
@@ -207,12 +219,14 @@ struct Packs {
   }
 };
 
+constexpr int kRowWords = kKTile / 2;  // stride of a tile's rows of key pairs
+
 struct Tiles {
-  float scores[kQTile * kKTile];   // S, then P
-  float dscores[kQTile * kKTile];  // dP, then dS
-  uint32_t rows[kQTile * kKTile / 2];             // P or dS as A rows
-  uint32_t vnni[kQTile / 2 * kKTile];             // P or dS as pairs of queries
-  float acc[kQTile * kMaxHeadDim];                 // output or dq accumulators
+  float probs[kQTile * kKTile];            // P in fp32 (backward, for dS)
+  uint32_t rows[kQTile * kRowWords];       // P (forward) or dS (backward) as A rows
+  uint32_t p_pairs[kQTile / 2 * kKTile];   // P as pairs of queries (backward)
+  uint32_t ds_pairs[kQTile / 2 * kKTile];  // dS as pairs of queries (backward)
+  float acc[kQTile * kMaxHeadDim];         // output or dq accumulators
 };
 
 // Rows of one head's keys (or values) as pairs along the head dim, transposed to [hp2][ldt].
@@ -238,14 +252,96 @@ void check_team(int threads) {
               threads);
 }
 
-// S = scale Q K^T over queries [i0, i0 + nq) and keys [j0, j0 + nk), causally masked (-inf),
-// into the score tile: the first product of both passes.
-void masked_scores(float* scores, const Packs& pk, const Geometry& g, int i0, int nq, int j0,
-                   int nk, float scale) {
-  std::fill(scores, scores + nq * kKTile, 0.0f);
-  gemm_acc(nq, nk, g.hp2, pk.q_rows + static_cast<size_t>(i0) * g.hp2, g.hp2, pk.k_t + j0, g.ldt,
-           scores, kKTile);
-  for (int r = 0; r < nq; ++r) scale_and_mask(scores + r * kKTile, nk, scale, i0 + r + 1 - j0);
+// --- one (query tile, key tile) step, a block of rows at a time ------------------------
+// The score products run on blocks of MR query rows whose scores stay in registers (MR x NV
+// vectors of 16 keys) until they leave as bf16 pairs: scaling, the causal mask, the softmax
+// and the packing happen there, with no pass over a score tile in memory. A block stops at
+// the last key its last row may see, so the masked corner of a diagonal tile costs nothing.
+
+// S[r][v] = A_r . B_v over K2 pairs: rows of A lda words apart, B words [K2][ldb].
+template <int MR, int NV>
+[[gnu::always_inline]] inline void product_block(__m512 (&s)[MR][NV], int K2, const uint32_t* A,
+                                                 size_t lda, const uint32_t* B, size_t ldb) {
+  for (int r = 0; r < MR; ++r)
+    for (int v = 0; v < NV; ++v) s[r][v] = _mm512_setzero_ps();
+  for (int k = 0; k < K2; ++k) {
+    __m512i b[NV];
+    for (int v = 0; v < NV; ++v) b[v] = _mm512_loadu_si512(B + k * ldb + v * 16);
+    for (int r = 0; r < MR; ++r) {
+      const __m512i a = _mm512_set1_epi32(static_cast<int>(word(A + r * lda + k)));
+      for (int v = 0; v < NV; ++v) s[r][v] = _mm512_dpbf16_ps(s[r][v], (__m512bh)a, (__m512bh)b[v]);
+    }
+  }
+}
+
+inline __mmask16 lanes_below(int n) { return n <= 0 ? 0 : first_lanes(n); }
+
+// One tile step's operands. Keys past T in the packs' padding are read but always masked.
+struct TileStep {
+  const Geometry& g;
+  int i0, nq, j0, nk;
+  float scale;
+  // Keys of the tile that query row r (of the tile) may see.
+  int visible(int r) const { return std::min(nk, i0 + r + 1 - j0); }
+  // Vectors of 16 keys that a block of rows [r0, r0 + m) needs: up to its last row's last
+  // visible key.
+  int vectors(int r0, int m) const { return (visible(r0 + m - 1) + 15) / 16; }
+  // Key pairs NV vectors span, within the tile (the masked keys among them are zero).
+  int pairs(int nv) const { return std::min((nk + 1) / 2, nv * 8); }
+};
+
+// Runs rows.template operator()<MR, NV>(r0) over the tile's rows: blocks of 6 rows (24 score
+// vectors in registers), then 4, 2, 1 for the rest. Every block starts at an even row, so a
+// pair of queries never straddles two blocks.
+template <int MR, typename Rows>
+void row_block(const TileStep& t, int r0, Rows& rows) {
+  const int nv = t.vectors(r0, MR);
+  if (nv == 1) rows.template operator()<MR, 1>(r0);
+  else if (nv == 2) rows.template operator()<MR, 2>(r0);
+  else if (nv == 3) rows.template operator()<MR, 3>(r0);
+  else rows.template operator()<MR, 4>(r0);
+}
+
+template <typename Rows>
+void for_row_blocks(const TileStep& t, Rows&& rows) {
+  int r0 = 0;
+  for (; r0 + 6 <= t.nq; r0 += 6) row_block<6>(t, r0, rows);
+  if (r0 + 4 <= t.nq) row_block<4>(t, r0, rows), r0 += 4;
+  if (r0 + 2 <= t.nq) row_block<2>(t, r0, rows), r0 += 2;
+  if (r0 < t.nq) row_block<1>(t, r0, rows);
+}
+
+// Row r's scores scaled, and -inf past its visible keys.
+template <int NV>
+[[gnu::always_inline]] inline void scale_and_mask_row(__m512 (&s)[NV], float scale, int visible) {
+  const __m512 ninf = _mm512_set1_ps(-std::numeric_limits<float>::infinity());
+  for (int v = 0; v < NV; ++v)
+    s[v] = _mm512_mask_mov_ps(ninf, lanes_below(visible - 16 * v),
+                              _mm512_mul_ps(s[v], _mm512_set1_ps(scale)));
+}
+
+// Row of P (or dS) as pairs along keys, for the A operand of a product over keys.
+template <int NV>
+[[gnu::always_inline]] inline void store_key_pairs(uint32_t* row, const __m512 (&x)[NV]) {
+  int v = 0;
+  for (; v + 2 <= NV; v += 2)
+    _mm512_storeu_si512(row + 8 * v, (__m512i)_mm512_cvtne2ps_pbh(x[v + 1], x[v]));
+  if (v < NV)
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(row + 8 * v), (__m256i)_mm512_cvtneps_pbh(x[v]));
+}
+
+// Two rows of P (or dS) as pairs of queries, word j = bf16(a_j) | bf16(b_j) << 16, for the B
+// operand of a product over queries; zero words from vector NV up to the tile's nk keys.
+template <int NV>
+[[gnu::always_inline]] inline void store_query_pairs(uint32_t* out, const __m512 (&a)[NV],
+                                                     const __m512* b, int nk) {
+  for (int v = 0; v < NV; ++v) {
+    const __m512i lo = _mm512_cvtepu16_epi32((__m256i)_mm512_cvtneps_pbh(a[v]));
+    const __m512i hi =
+        b ? _mm512_cvtepu16_epi32((__m256i)_mm512_cvtneps_pbh(b[v])) : _mm512_setzero_si512();
+    _mm512_storeu_si512(out + 16 * v, _mm512_or_si512(lo, _mm512_slli_epi32(hi, 16)));
+  }
+  for (int v = NV; 16 * v < nk; ++v) _mm512_storeu_si512(out + 16 * v, _mm512_setzero_si512());
 }
 
 // Where the rows of every head live: position t of sequence b, query head h (kv head g) at
@@ -295,25 +391,39 @@ void forward_core(float* out, float* lse, const float* q, const float* k, const 
               row_sum[r] = 0.0f;
             }
             std::fill(tl.acc, tl.acc + nq * hd, 0.0f);
+            const uint32_t* q_tile = pk.q_rows + static_cast<size_t>(i0) * g.hp2;
             for (int j0 = 0; j0 < i0 + nq; j0 += kKTile) {
-              const int nk = std::min(kKTile, i0 + nq - j0), nk2 = (nk + 1) / 2;
-              masked_scores(tl.scores, pk, g, i0, nq, j0, nk, scale);
-              for (int r = 0; r < nq; ++r) {
-                float* s = tl.scores + r * kKTile;
-                const float m_new = std::max(row_max[r], max_of(s, nk));
-                if (m_new > row_max[r]) {
-                  // Online softmax: rescale what was accumulated under the old maximum.
-                  const float corr = std::exp(row_max[r] - m_new);
-                  scale_row(tl.acc + r * hd, hd, corr);
-                  row_sum[r] *= corr;
-                  row_max[r] = m_new;
+              const TileStep t{g, i0, nq, j0, std::min(kKTile, i0 + nq - j0), scale};
+              const uint32_t* v_pairs = v_vnni + static_cast<size_t>(j0 / 2) * hd;
+              for_row_blocks(t, [&]<int MR, int NV>(int r0) {
+                __m512 s[MR][NV];
+                product_block<MR, NV>(s, g.hp2, q_tile + r0 * g.hp2, g.hp2, pk.k_t + j0, g.ldt);
+                for (int r = 0; r < MR; ++r) {
+                  const int R = r0 + r;
+                  scale_and_mask_row<NV>(s[r], scale, t.visible(R));
+                  __m512 m = s[r][0];
+                  for (int v = 1; v < NV; ++v) m = _mm512_max_ps(m, s[r][v]);
+                  const float m_new = std::max(row_max[R], _mm512_reduce_max_ps(m));
+                  if (m_new > row_max[R]) {
+                    // Online softmax: rescale what was accumulated under the old maximum.
+                    const float corr = std::exp(row_max[R] - m_new);
+                    scale_row(tl.acc + R * hd, hd, corr);
+                    row_sum[R] *= corr;
+                    row_max[R] = m_new;
+                  }
+                  const __m512 shift = _mm512_set1_ps(m_new);
+                  __m512 sum = _mm512_setzero_ps();
+                  for (int v = 0; v < NV; ++v) {
+                    s[r][v] = simd::exp(_mm512_sub_ps(s[r][v], shift));
+                    sum = _mm512_add_ps(sum, s[r][v]);
+                  }
+                  row_sum[R] += _mm512_reduce_add_ps(sum);
+                  store_key_pairs<NV>(tl.rows + R * kRowWords, s[r]);
                 }
-                row_sum[r] += exp_shifted(s, nk, m_new);
-              }
-              // out += bf16(p) bf16(v): the unnormalised probabilities rounded, their sum not.
-              pack_rows(tl.rows, tl.scores, kKTile, nq, nk);
-              gemm_acc(nq, hd, nk2, tl.rows, nk2, v_vnni + static_cast<size_t>(j0 / 2) * hd,
-                       hd, tl.acc, hd);
+                // out += bf16(p) bf16(v): the unnormalised probabilities rounded, their sum not.
+                gemm_acc(MR, hd, t.pairs(NV), tl.rows + r0 * kRowWords, kRowWords, v_pairs, hd,
+                         tl.acc + r0 * hd, hd);
+              });
             }
             for (int r = 0; r < nq; ++r) {
               float* o = out + L.row(b, i0 + r) * L.out_stride + static_cast<size_t>(h) * hd;
@@ -366,30 +476,57 @@ void backward_core(float* dq, float* dk, float* dv, const float* dout, const flo
             for (int r = 0; r < nq; ++r)
               delta[r] = dot(dobase + (i0 + r) * L.out_stride, obase + (i0 + r) * L.out_stride, hd);
             std::fill(tl.acc, tl.acc + nq * hd, 0.0f);
+            const uint32_t* q_tile = pk.q_rows + static_cast<size_t>(i0) * g.hp2;
+            const uint32_t* dout_tile = pk.dout_rows + static_cast<size_t>(i0) * g.hp2;
             for (int j0 = 0; j0 < i0 + nq; j0 += kKTile) {
-              const int nk = std::min(kKTile, i0 + nq - j0), nk2 = (nk + 1) / 2;
-              // P = exp(scale Q K^T - lse), masked.
-              masked_scores(tl.scores, pk, g, i0, nq, j0, nk, scale);
-              for (int r = 0; r < nq; ++r) exp_shifted(tl.scores + r * kKTile, nk, row_lse[i0 + r]);
-              // dP = dO V^T, then dS = P (dP - D) scale.
-              std::fill(tl.dscores, tl.dscores + nq * kKTile, 0.0f);
-              gemm_acc(nq, nk, g.hp2, pk.dout_rows + static_cast<size_t>(i0) * g.hp2, g.hp2,
-                       pk.v_t + j0, g.ldt, tl.dscores, kKTile);
-              for (int r = 0; r < nq; ++r) {
-                const float* p = tl.scores + r * kKTile;
-                float* ds = tl.dscores + r * kKTile;
-                for (int j = 0; j < nk; ++j) ds[j] = p[j] * (ds[j] - delta[r]) * scale;
-              }
-              // dV^T += dO^T P;  dQ += dS K;  dK^T += Q^T dS   (the transposed accumulators
-              // take the pairs of queries as B, which a tile packs without a transpose).
-              pack_vnni(tl.vnni, kKTile, tl.scores, kKTile, nq, nk);
-              gemm_acc(hd, nk, nq2, pk.dout_vnni_t + i0 / 2, g.ldt2, tl.vnni, kKTile,
+              const TileStep t{g, i0, nq, j0, std::min(kKTile, i0 + nq - j0), scale};
+              const uint32_t* k_pairs = pk.kv_vnni + static_cast<size_t>(j0 / 2) * hd;
+              for_row_blocks(t, [&]<int MR, int NV>(int r0) {
+                {
+                  // P = exp(scale Q K^T - lse), masked; kept in fp32 for dS and as pairs of
+                  // queries for dV.
+                  __m512 p[MR][NV];
+                  product_block<MR, NV>(p, g.hp2, q_tile + r0 * g.hp2, g.hp2, pk.k_t + j0, g.ldt);
+                  for (int r = 0; r < MR; ++r) {
+                    const int R = r0 + r;
+                    scale_and_mask_row<NV>(p[r], scale, t.visible(R));
+                    const __m512 shift = _mm512_set1_ps(row_lse[i0 + R]);
+                    for (int v = 0; v < NV; ++v) {
+                      p[r][v] = simd::exp(_mm512_sub_ps(p[r][v], shift));
+                      _mm512_storeu_ps(tl.probs + R * kKTile + 16 * v, p[r][v]);
+                    }
+                  }
+                  for (int r = 0; r < MR; r += 2)
+                    store_query_pairs<NV>(tl.p_pairs + (r0 + r) / 2 * kKTile, p[r],
+                                          r + 1 < MR ? p[r + 1] : nullptr, t.nk);
+                }
+                // dP = dO V^T, then dS = P (dP - D) scale (zero past the visible keys).
+                __m512 ds[MR][NV];
+                product_block<MR, NV>(ds, g.hp2, dout_tile + r0 * g.hp2, g.hp2, pk.v_t + j0, g.ldt);
+                for (int r = 0; r < MR; ++r) {
+                  const int R = r0 + r;
+                  const __m512 d = _mm512_set1_ps(delta[R]);
+                  for (int v = 0; v < NV; ++v) {
+                    const __m512 p = _mm512_loadu_ps(tl.probs + R * kKTile + 16 * v);
+                    ds[r][v] = _mm512_maskz_mov_ps(
+                        lanes_below(t.visible(R) - 16 * v),
+                        _mm512_mul_ps(_mm512_mul_ps(p, _mm512_sub_ps(ds[r][v], d)),
+                                      _mm512_set1_ps(scale)));
+                  }
+                  store_key_pairs<NV>(tl.rows + R * kRowWords, ds[r]);
+                }
+                for (int r = 0; r < MR; r += 2)
+                  store_query_pairs<NV>(tl.ds_pairs + (r0 + r) / 2 * kKTile, ds[r],
+                                        r + 1 < MR ? ds[r + 1] : nullptr, t.nk);
+                // dQ += dS K
+                gemm_acc(MR, hd, t.pairs(NV), tl.rows + r0 * kRowWords, kRowWords, k_pairs, hd,
+                         tl.acc + r0 * hd, hd);
+              });
+              // dV^T += dO^T P;  dK^T += Q^T dS   (the transposed accumulators take the pairs
+              // of queries as B, which the blocks wrote without a transpose).
+              gemm_acc(hd, t.nk, nq2, pk.dout_vnni_t + i0 / 2, g.ldt2, tl.p_pairs, kKTile,
                        pk.dv_t + j0, g.ldt);
-              pack_rows(tl.rows, tl.dscores, kKTile, nq, nk);
-              gemm_acc(nq, hd, nk2, tl.rows, nk2, pk.kv_vnni + static_cast<size_t>(j0 / 2) * hd,
-                       hd, tl.acc, hd);
-              pack_vnni(tl.vnni, kKTile, tl.dscores, kKTile, nq, nk);
-              gemm_acc(hd, nk, nq2, pk.q_vnni_t + i0 / 2, g.ldt2, tl.vnni, kKTile,
+              gemm_acc(hd, t.nk, nq2, pk.q_vnni_t + i0 / 2, g.ldt2, tl.ds_pairs, kKTile,
                        pk.dk_t + j0, g.ldt);
             }
             for (int r = 0; r < nq; ++r)
