@@ -320,6 +320,17 @@ template <int NV>
                               _mm512_mul_ps(s[v], _mm512_set1_ps(scale)));
 }
 
+// S = scale Q K^T for rows [r0, r0 + MR) of the tile against NV vectors of its keys, -inf
+// past each row's visible keys: the first product of both passes. q_tile: the tile's query
+// rows (pairs along the head dim); k_t: k^T's pairs ([hp2][ldt]).
+template <int MR, int NV>
+[[gnu::always_inline]] inline void masked_scores(__m512 (&s)[MR][NV], const TileStep& t,
+                                                 const uint32_t* q_tile, const uint32_t* k_t,
+                                                 int r0) {
+  product_block<MR, NV>(s, t.g.hp2, q_tile + r0 * t.g.hp2, t.g.hp2, k_t + t.j0, t.g.ldt);
+  for (int r = 0; r < MR; ++r) scale_and_mask_row<NV>(s[r], t.scale, t.visible(r0 + r));
+}
+
 // Row of P (or dS) as pairs along keys, for the A operand of a product over keys.
 template <int NV>
 [[gnu::always_inline]] inline void store_key_pairs(uint32_t* row, const __m512 (&x)[NV]) {
@@ -397,10 +408,9 @@ void forward_core(float* out, float* lse, const float* q, const float* k, const 
               const uint32_t* v_pairs = v_vnni + static_cast<size_t>(j0 / 2) * hd;
               for_row_blocks(t, [&]<int MR, int NV>(int r0) {
                 __m512 s[MR][NV];
-                product_block<MR, NV>(s, g.hp2, q_tile + r0 * g.hp2, g.hp2, pk.k_t + j0, g.ldt);
+                masked_scores<MR, NV>(s, t, q_tile, pk.k_t, r0);
                 for (int r = 0; r < MR; ++r) {
                   const int R = r0 + r;
-                  scale_and_mask_row<NV>(s[r], scale, t.visible(R));
                   __m512 m = s[r][0];
                   for (int v = 1; v < NV; ++v) m = _mm512_max_ps(m, s[r][v]);
                   const float m_new = std::max(row_max[R], _mm512_reduce_max_ps(m));
@@ -486,10 +496,9 @@ void backward_core(float* dq, float* dk, float* dv, const float* dout, const flo
                   // P = exp(scale Q K^T - lse), masked; kept in fp32 for dS and as pairs of
                   // queries for dV.
                   __m512 p[MR][NV];
-                  product_block<MR, NV>(p, g.hp2, q_tile + r0 * g.hp2, g.hp2, pk.k_t + j0, g.ldt);
+                  masked_scores<MR, NV>(p, t, q_tile, pk.k_t, r0);
                   for (int r = 0; r < MR; ++r) {
                     const int R = r0 + r;
-                    scale_and_mask_row<NV>(p[r], scale, t.visible(R));
                     const __m512 shift = _mm512_set1_ps(row_lse[i0 + R]);
                     for (int v = 0; v < NV; ++v) {
                       p[r][v] = simd::exp(_mm512_sub_ps(p[r][v], shift));
