@@ -253,10 +253,8 @@ void check_team(int threads) {
 }
 
 // --- one (query tile, key tile) step, a block of rows at a time ------------------------
-// The score products run on blocks of MR query rows whose scores stay in registers (MR x NV
-// vectors of 16 keys) until they leave as bf16 pairs: scaling, the causal mask, the softmax
-// and the packing happen there, with no pass over a score tile in memory. A block stops at
-// the last key its last row may see, so the masked corner of a diagonal tile costs nothing.
+// (see "score blocks in registers" in attention_rows.inc); here the blocks leave as bf16
+// pairs, packed in registers for the products that follow.
 
 // S[r][v] = A_r . B_v over K2 pairs: rows of A lda words apart, B words [K2][ldb].
 template <int MR, int NV>
@@ -274,62 +272,19 @@ template <int MR, int NV>
   }
 }
 
-inline __mmask16 lanes_below(int n) { return n <= 0 ? 0 : first_lanes(n); }
-
-// One tile step's operands. Keys past T in the packs' padding are read but always masked.
-struct TileStep {
-  const Geometry& g;
-  int i0, nq, j0, nk;
-  float scale;
-  // Keys of the tile that query row r (of the tile) may see.
-  int visible(int r) const { return std::min(nk, i0 + r + 1 - j0); }
-  // Vectors of 16 keys that a block of rows [r0, r0 + m) needs: up to its last row's last
-  // visible key.
-  int vectors(int r0, int m) const { return (visible(r0 + m - 1) + 15) / 16; }
-  // Key pairs NV vectors span, within the tile (the masked keys among them are zero).
-  int pairs(int nv) const { return std::min((nk + 1) / 2, nv * 8); }
-};
-
-// Runs rows.template operator()<MR, NV>(r0) over the tile's rows: blocks of 6 rows (24 score
-// vectors in registers), then 4, 2, 1 for the rest. Every block starts at an even row, so a
-// pair of queries never straddles two blocks.
-template <int MR, typename Rows>
-void row_block(const TileStep& t, int r0, Rows& rows) {
-  const int nv = t.vectors(r0, MR);
-  if (nv == 1) rows.template operator()<MR, 1>(r0);
-  else if (nv == 2) rows.template operator()<MR, 2>(r0);
-  else if (nv == 3) rows.template operator()<MR, 3>(r0);
-  else rows.template operator()<MR, 4>(r0);
-}
-
-template <typename Rows>
-void for_row_blocks(const TileStep& t, Rows&& rows) {
-  int r0 = 0;
-  for (; r0 + 6 <= t.nq; r0 += 6) row_block<6>(t, r0, rows);
-  if (r0 + 4 <= t.nq) row_block<4>(t, r0, rows), r0 += 4;
-  if (r0 + 2 <= t.nq) row_block<2>(t, r0, rows), r0 += 2;
-  if (r0 < t.nq) row_block<1>(t, r0, rows);
-}
-
-// Row r's scores scaled, and -inf past its visible keys.
-template <int NV>
-[[gnu::always_inline]] inline void scale_and_mask_row(__m512 (&s)[NV], float scale, int visible) {
-  const __m512 ninf = _mm512_set1_ps(-std::numeric_limits<float>::infinity());
-  for (int v = 0; v < NV; ++v)
-    s[v] = _mm512_mask_mov_ps(ninf, lanes_below(visible - 16 * v),
-                              _mm512_mul_ps(s[v], _mm512_set1_ps(scale)));
-}
-
 // S = scale Q K^T for rows [r0, r0 + MR) of the tile against NV vectors of its keys, -inf
 // past each row's visible keys: the first product of both passes. q_tile: the tile's query
 // rows (pairs along the head dim); k_t: k^T's pairs ([hp2][ldt]).
 template <int MR, int NV>
 [[gnu::always_inline]] inline void masked_scores(__m512 (&s)[MR][NV], const TileStep& t,
-                                                 const uint32_t* q_tile, const uint32_t* k_t,
-                                                 int r0) {
-  product_block<MR, NV>(s, t.g.hp2, q_tile + r0 * t.g.hp2, t.g.hp2, k_t + t.j0, t.g.ldt);
+                                                 const Geometry& g, const uint32_t* q_tile,
+                                                 const uint32_t* k_t, int r0) {
+  product_block<MR, NV>(s, g.hp2, q_tile + r0 * g.hp2, g.hp2, k_t + t.j0, g.ldt);
   for (int r = 0; r < MR; ++r) scale_and_mask_row<NV>(s[r], t.scale, t.visible(r0 + r));
 }
+
+// Key pairs NV vectors of the tile span (the masked keys among them are zero).
+inline int key_pairs(const TileStep& t, int nv) { return std::min((t.nk + 1) / 2, nv * 8); }
 
 // Row of P (or dS) as pairs along keys, for the A operand of a product over keys.
 template <int NV>
@@ -404,11 +359,11 @@ void forward_core(float* out, float* lse, const float* q, const float* k, const 
             std::fill(tl.acc, tl.acc + nq * hd, 0.0f);
             const uint32_t* q_tile = pk.q_rows + static_cast<size_t>(i0) * g.hp2;
             for (int j0 = 0; j0 < i0 + nq; j0 += kKTile) {
-              const TileStep t{g, i0, nq, j0, std::min(kKTile, i0 + nq - j0), scale};
+              const TileStep t{i0, nq, j0, std::min(kKTile, i0 + nq - j0), scale};
               const uint32_t* v_pairs = v_vnni + static_cast<size_t>(j0 / 2) * hd;
               for_row_blocks(t, [&]<int MR, int NV>(int r0) {
                 __m512 s[MR][NV];
-                masked_scores<MR, NV>(s, t, q_tile, pk.k_t, r0);
+                masked_scores<MR, NV>(s, t, g, q_tile, pk.k_t, r0);
                 for (int r = 0; r < MR; ++r) {
                   const int R = r0 + r;
                   __m512 m = s[r][0];
@@ -431,7 +386,7 @@ void forward_core(float* out, float* lse, const float* q, const float* k, const 
                   store_key_pairs<NV>(tl.rows + R * kRowWords, s[r]);
                 }
                 // out += bf16(p) bf16(v): the unnormalised probabilities rounded, their sum not.
-                gemm_acc(MR, hd, t.pairs(NV), tl.rows + r0 * kRowWords, kRowWords, v_pairs, hd,
+                gemm_acc(MR, hd, key_pairs(t, NV), tl.rows + r0 * kRowWords, kRowWords, v_pairs, hd,
                          tl.acc + r0 * hd, hd);
               });
             }
@@ -489,14 +444,14 @@ void backward_core(float* dq, float* dk, float* dv, const float* dout, const flo
             const uint32_t* q_tile = pk.q_rows + static_cast<size_t>(i0) * g.hp2;
             const uint32_t* dout_tile = pk.dout_rows + static_cast<size_t>(i0) * g.hp2;
             for (int j0 = 0; j0 < i0 + nq; j0 += kKTile) {
-              const TileStep t{g, i0, nq, j0, std::min(kKTile, i0 + nq - j0), scale};
+              const TileStep t{i0, nq, j0, std::min(kKTile, i0 + nq - j0), scale};
               const uint32_t* k_pairs = pk.kv_vnni + static_cast<size_t>(j0 / 2) * hd;
               for_row_blocks(t, [&]<int MR, int NV>(int r0) {
                 {
                   // P = exp(scale Q K^T - lse), masked; kept in fp32 for dS and as pairs of
                   // queries for dV.
                   __m512 p[MR][NV];
-                  masked_scores<MR, NV>(p, t, q_tile, pk.k_t, r0);
+                  masked_scores<MR, NV>(p, t, g, q_tile, pk.k_t, r0);
                   for (int r = 0; r < MR; ++r) {
                     const int R = r0 + r;
                     const __m512 shift = _mm512_set1_ps(row_lse[i0 + R]);
@@ -528,7 +483,7 @@ void backward_core(float* dq, float* dk, float* dv, const float* dout, const flo
                   store_query_pairs<NV>(tl.ds_pairs + (r0 + r) / 2 * kKTile, ds[r],
                                         r + 1 < MR ? ds[r + 1] : nullptr, t.nk);
                 // dQ += dS K
-                gemm_acc(MR, hd, t.pairs(NV), tl.rows + r0 * kRowWords, kRowWords, k_pairs, hd,
+                gemm_acc(MR, hd, key_pairs(t, NV), tl.rows + r0 * kRowWords, kRowWords, k_pairs, hd,
                          tl.acc + r0 * hd, hd);
               });
               // dV^T += dO^T P;  dK^T += Q^T dS   (the transposed accumulators take the pairs
