@@ -253,8 +253,102 @@ void check_team(int threads) {
 }
 
 // --- one (query tile, key tile) step, a block of rows at a time ------------------------
-// (see "score blocks in registers" in attention_rows.inc); here the blocks leave as bf16
-// pairs, packed in registers for the products that follow.
+// The score products run on blocks of MR query rows whose scores stay in registers (MR x NV
+// vectors of 16 keys) until they leave as bf16 pairs: scaling, the causal mask, the softmax
+// and the packing happen there, with no pass over a score tile in memory. A block stops at
+// the last key its last row may see, so the masked corner of a diagonal tile costs nothing.
+
+inline __mmask16 lanes_below(int n) { return n <= 0 ? 0 : first_lanes(n); }
+
+// One (query tile, key tile) step: queries [i0, i0 + nq) against keys [j0, j0 + nk).
+struct TileStep {
+  int i0, nq, j0, nk;
+  float scale;
+  // Keys of the tile that query row r (of the tile) may see.
+  int visible(int r) const { return std::min(nk, i0 + r + 1 - j0); }
+  // Vectors of 16 keys that a block of rows [r0, r0 + m) needs: up to its last row's last
+  // visible key.
+  int vectors(int r0, int m) const { return (visible(r0 + m - 1) + 15) / 16; }
+};
+
+// Runs rows.template operator()<MR, NV>(r0) over the tile's rows: blocks of 6 rows (24 score
+// vectors in registers), then 4, 2, 1 for the rest. Every block starts at an even row, so a
+// pair of queries never straddles two blocks.
+template <int MR, typename Rows>
+void row_block(const TileStep& t, int r0, Rows& rows) {
+  const int nv = t.vectors(r0, MR);
+  if (nv == 1)
+    rows.template operator()<MR, 1>(r0);
+  else if (nv == 2)
+    rows.template operator()<MR, 2>(r0);
+  else if (nv == 3)
+    rows.template operator()<MR, 3>(r0);
+  else
+    rows.template operator()<MR, 4>(r0);
+}
+
+template <typename Rows>
+void for_row_blocks(const TileStep& t, Rows&& rows) {
+  int r0 = 0;
+  for (; r0 + 6 <= t.nq; r0 += 6) row_block<6>(t, r0, rows);
+  if (r0 + 4 <= t.nq) row_block<4>(t, r0, rows), r0 += 4;
+  if (r0 + 2 <= t.nq) row_block<2>(t, r0, rows), r0 += 2;
+  if (r0 < t.nq) row_block<1>(t, r0, rows);
+}
+
+// Row r's scores scaled, and -inf past its visible keys.
+template <int NV>
+[[gnu::always_inline]] inline void scale_and_mask_row(__m512 (&s)[NV], float scale, int visible) {
+  const __m512 ninf = _mm512_set1_ps(-std::numeric_limits<float>::infinity());
+  for (int v = 0; v < NV; ++v)
+    s[v] = _mm512_mask_mov_ps(ninf, lanes_below(visible - 16 * v),
+                              _mm512_mul_ps(s[v], _mm512_set1_ps(scale)));
+}
+
+// Online softmax over one row's scores in a key tile: a higher maximum rescales what was
+// accumulated under the old one (the output row acc and the sum), then the scores become
+// exp(s - max) in place and add to the sum.
+template <int NV>
+[[gnu::always_inline]] inline void online_softmax_row(__m512 (&s)[NV], float& row_max,
+                                                      float& row_sum, float* acc, int hd) {
+  __m512 m = s[0];
+  for (int v = 1; v < NV; ++v) m = _mm512_max_ps(m, s[v]);
+  const float m_new = std::max(row_max, _mm512_reduce_max_ps(m));
+  if (m_new > row_max) {
+    const float corr = std::exp(row_max - m_new);
+    scale_row(acc, hd, corr);
+    row_sum *= corr;
+    row_max = m_new;
+  }
+  const __m512 shift = _mm512_set1_ps(m_new);
+  __m512 sum = _mm512_setzero_ps();
+  for (int v = 0; v < NV; ++v) {
+    s[v] = simd::exp(_mm512_sub_ps(s[v], shift));
+    sum = _mm512_add_ps(sum, s[v]);
+  }
+  row_sum += _mm512_reduce_add_ps(sum);
+}
+
+// Row of probabilities exp(s - lse) in place, the log-sum-exp saved by forward (backward's
+// recomputation).
+template <int NV>
+[[gnu::always_inline]] inline void probabilities_row(__m512 (&s)[NV], float lse) {
+  const __m512 shift = _mm512_set1_ps(lse);
+  for (int v = 0; v < NV; ++v) s[v] = simd::exp(_mm512_sub_ps(s[v], shift));
+}
+
+// dS = P (dP - D) scale over a row's NV vectors (p: the row's probabilities in memory), zero
+// past its visible keys.
+template <int NV>
+[[gnu::always_inline]] inline void score_gradient_row(__m512 (&dp)[NV], const float* p, float delta,
+                                                      float scale, int visible) {
+  const __m512 d = _mm512_set1_ps(delta);
+  for (int v = 0; v < NV; ++v)
+    dp[v] = _mm512_maskz_mov_ps(
+        lanes_below(visible - 16 * v),
+        _mm512_mul_ps(_mm512_mul_ps(_mm512_loadu_ps(p + 16 * v), _mm512_sub_ps(dp[v], d)),
+                      _mm512_set1_ps(scale)));
+}
 
 // S[r][v] = A_r . B_v over K2 pairs: rows of A lda words apart, B words [K2][ldb].
 template <int MR, int NV>
@@ -366,23 +460,7 @@ void forward_core(float* out, float* lse, const float* q, const float* k, const 
                 masked_scores<MR, NV>(s, t, g, q_tile, pk.k_t, r0);
                 for (int r = 0; r < MR; ++r) {
                   const int R = r0 + r;
-                  __m512 m = s[r][0];
-                  for (int v = 1; v < NV; ++v) m = _mm512_max_ps(m, s[r][v]);
-                  const float m_new = std::max(row_max[R], _mm512_reduce_max_ps(m));
-                  if (m_new > row_max[R]) {
-                    // Online softmax: rescale what was accumulated under the old maximum.
-                    const float corr = std::exp(row_max[R] - m_new);
-                    scale_row(tl.acc + R * hd, hd, corr);
-                    row_sum[R] *= corr;
-                    row_max[R] = m_new;
-                  }
-                  const __m512 shift = _mm512_set1_ps(m_new);
-                  __m512 sum = _mm512_setzero_ps();
-                  for (int v = 0; v < NV; ++v) {
-                    s[r][v] = simd::exp(_mm512_sub_ps(s[r][v], shift));
-                    sum = _mm512_add_ps(sum, s[r][v]);
-                  }
-                  row_sum[R] += _mm512_reduce_add_ps(sum);
+                  online_softmax_row<NV>(s[r], row_max[R], row_sum[R], tl.acc + R * hd, hd);
                   store_key_pairs<NV>(tl.rows + R * kRowWords, s[r]);
                 }
                 // out += bf16(p) bf16(v): the unnormalised probabilities rounded, their sum not.
@@ -454,11 +532,9 @@ void backward_core(float* dq, float* dk, float* dv, const float* dout, const flo
                   masked_scores<MR, NV>(p, t, g, q_tile, pk.k_t, r0);
                   for (int r = 0; r < MR; ++r) {
                     const int R = r0 + r;
-                    const __m512 shift = _mm512_set1_ps(row_lse[i0 + R]);
-                    for (int v = 0; v < NV; ++v) {
-                      p[r][v] = simd::exp(_mm512_sub_ps(p[r][v], shift));
+                    probabilities_row<NV>(p[r], row_lse[i0 + R]);
+                    for (int v = 0; v < NV; ++v)
                       _mm512_storeu_ps(tl.probs + R * kKTile + 16 * v, p[r][v]);
-                    }
                   }
                   for (int r = 0; r < MR; r += 2)
                     store_query_pairs<NV>(tl.p_pairs + (r0 + r) / 2 * kKTile, p[r],
@@ -469,14 +545,8 @@ void backward_core(float* dq, float* dk, float* dv, const float* dout, const flo
                 product_block<MR, NV>(ds, g.hp2, dout_tile + r0 * g.hp2, g.hp2, pk.v_t + j0, g.ldt);
                 for (int r = 0; r < MR; ++r) {
                   const int R = r0 + r;
-                  const __m512 d = _mm512_set1_ps(delta[R]);
-                  for (int v = 0; v < NV; ++v) {
-                    const __m512 p = _mm512_loadu_ps(tl.probs + R * kKTile + 16 * v);
-                    ds[r][v] = _mm512_maskz_mov_ps(
-                        lanes_below(t.visible(R) - 16 * v),
-                        _mm512_mul_ps(_mm512_mul_ps(p, _mm512_sub_ps(ds[r][v], d)),
-                                      _mm512_set1_ps(scale)));
-                  }
+                  score_gradient_row<NV>(ds[r], tl.probs + R * kKTile, delta[R], scale,
+                                         t.visible(R));
                   store_key_pairs<NV>(tl.rows + R * kRowWords, ds[r]);
                 }
                 for (int r = 0; r < MR; r += 2)
