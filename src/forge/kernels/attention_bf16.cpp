@@ -98,7 +98,6 @@ inline __m256i to_bf16_lanes(const float* x, int n) {
 // (word (m, p) = A[m][2p] | A[m][2p + 1] << 16) and B as pairs along K ("VNNI": word (p, n) =
 // B[2p][n] | B[2p + 1][n] << 16). An odd K gets a zero partner.
 
-// dst[t * ceil(n / 2) + p] = pair (2p, 2p + 1) of bf16(src[t * stride + 0..n)), t < rows.
 // The packs read one head's slice of rows thousands of bytes apart, a stride the hardware
 // prefetchers do not follow: each row's lines are requested this many rows ahead.
 constexpr int kPrefetchRows = 16;
@@ -107,6 +106,7 @@ inline void prefetch_row(const float* x, int n) {
   for (int d = 0; d < n; d += 16) _mm_prefetch(reinterpret_cast<const char*>(x + d), _MM_HINT_T0);
 }
 
+// dst[t * ceil(n / 2) + p] = pair (2p, 2p + 1) of bf16(src[t * stride + 0..n)), t < rows.
 void pack_rows(uint32_t* dst, const float* src, size_t stride, int rows, int n) {
   const int pairs = (n + 1) / 2;
   for (int t = 0; t < rows; ++t) {

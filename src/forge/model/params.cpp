@@ -50,7 +50,9 @@ constexpr size_t kHugePage = size_t{2} << 20;
 bool huge_pages_wanted() {
   static const bool wanted = [] {
     const char* v = std::getenv("FORGE_HUGE_PAGES");
-    return !(v && std::strcmp(v, "0") == 0);
+    if (!v || !*v || std::strcmp(v, "1") == 0) return true;
+    if (std::strcmp(v, "0") == 0) return false;
+    fail("environment FORGE_HUGE_PAGES: expected 0 or 1, got '{}'", v);
   }();
   return wanted;
 }
