@@ -6,6 +6,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -15,6 +16,7 @@
 #include <random>
 
 #include "forge/core/error.h"
+#include "forge/core/peak.h"
 #include "forge/io/atomic_file.h"
 #include "forge/io/config.h"
 #include "forge/io/safetensors.h"
@@ -567,4 +569,19 @@ TEST(FloatBufferTest, LargeBuffersAreHugePageAlignedAndZeroed) {
     b.zero();
     EXPECT_EQ(b.data()[n - 1], 0.0f);
   }
+}
+
+// The peak divides every MFU figure: it must be a positive, finite rate for each kind the
+// build can measure, and 0 only for bf16 where the build has no bf16 dot products.
+TEST(PeakTest, MeasuresAFiniteRateForEachKind) {
+  const forge::Peak p = forge::measure_peak(2, 0.05);
+  EXPECT_EQ(p.threads, 2);
+  EXPECT_TRUE(std::isfinite(p.fp32_flops));
+  EXPECT_GT(p.fp32_flops, 1e8);
+#if defined(__AVX512BF16__)
+  EXPECT_TRUE(std::isfinite(p.bf16_flops));
+  EXPECT_GT(p.bf16_flops, 1e8);
+#else
+  EXPECT_EQ(p.bf16_flops, 0.0);
+#endif
 }

@@ -13,6 +13,8 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
+volatile double g_sink;  // where the timed kernels' results go
+
 // 12 independent accumulators hide the FMA latency (4 cycles x 2 ports + slack).
 #if defined(__AVX512F__)
 using Vec = __m512;
@@ -71,22 +73,38 @@ double bf16_kernel(long iters) {
 }
 #endif
 
+// Seconds one pass of the kernel takes on every thread.
 template <typename Kernel>
-double measure(Kernel kernel, double flops_per_iter_per_thread, int threads, double seconds) {
-  double sink = 0;  // consumed below so the kernel cannot be optimised away
-  long iters = 1 << 16;
-  // Grow the work until one pass takes long enough to time reliably.
-  while (true) {
-    const auto t0 = Clock::now();
+double timed_pass(Kernel kernel, int threads, long iters) {
+  double sink = 0;
+  const auto t0 = Clock::now();
 #pragma omp parallel num_threads(threads) reduction(+ : sink)
-    sink += kernel(iters);
-    const double dt = std::chrono::duration<double>(Clock::now() - t0).count();
-    if (dt >= seconds) {
-      const double rate = flops_per_iter_per_thread * iters * threads / dt;
-      return sink == 12345.678 ? rate + 1 : rate;
-    }
+  sink += kernel(iters);
+  const double dt = std::chrono::duration<double>(Clock::now() - t0).count();
+  g_sink = sink;  // so that the kernel cannot be optimised away
+  return dt;
+}
+
+// The best rate of `trials` passes of about `seconds` each. The pass length is found once, by
+// doubling a short pass until it takes a quarter of that and scaling it up, and kept for every
+// trial: growing each trial from a short pass again took two to four times the window, about
+// 2.5 s of every run's start-up for the two kinds.
+template <typename Kernel>
+double measure(Kernel kernel, double flops_per_iter_per_thread, int threads, double seconds,
+               int trials) {
+  long iters = 1 << 16;
+  double dt = timed_pass(kernel, threads, iters);
+  while (dt < seconds / 4) {
     iters *= 2;
+    dt = timed_pass(kernel, threads, iters);
   }
+  iters = std::max(iters, static_cast<long>(static_cast<double>(iters) * 1.1 * seconds / dt));
+  double best = 0;
+  for (int t = 0; t < trials; ++t) {
+    dt = timed_pass(kernel, threads, iters);
+    best = std::max(best, flops_per_iter_per_thread * static_cast<double>(iters) * threads / dt);
+  }
+  return best;
 }
 
 }  // namespace
@@ -98,15 +116,11 @@ Peak measure_peak(int threads, double seconds) {
   constexpr int kTrials = 5;
   Peak p;
   p.threads = threads;
-  for (int t = 0; t < kTrials; ++t) {
-    p.fp32_flops =
-        std::max(p.fp32_flops, measure(fma_kernel, 12.0 * kLanes * 2, threads, seconds / kTrials));
+  p.fp32_flops = measure(fma_kernel, 12.0 * kLanes * 2, threads, seconds / kTrials, kTrials);
 #if defined(__AVX512BF16__)
-    // vdpbf16ps: 16 lanes x 2 products x (multiply + add)
-    p.bf16_flops = std::max(
-        p.bf16_flops, measure(bf16_kernel, kBf16Chains * 16.0 * 4, threads, seconds / kTrials));
+  // vdpbf16ps: 16 lanes x 2 products x (multiply + add)
+  p.bf16_flops = measure(bf16_kernel, kBf16Chains * 16.0 * 4, threads, seconds / kTrials, kTrials);
 #endif
-  }
   return p;
 }
 
