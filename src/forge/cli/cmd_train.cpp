@@ -1,8 +1,11 @@
+#include <fmt/format.h>
+
 #include <set>
 #include <sstream>
 
 #include "forge/cli/commands.h"
 #include "forge/core/error.h"
+#include "forge/numerics/numerics.h"
 #include "forge/train/trainer.h"
 
 namespace forge::cli {
@@ -14,7 +17,8 @@ void register_train(CLI::App& app) {
   cmd->add_option("--config", opt->config_path, "config JSON (see configs/)")->required();
   cmd->add_option("--resume", opt->resume, "checkpoint directory to continue from, bit for bit");
   cmd->add_option("--init", opt->init, "safetensors file with the initial parameters (HF names)");
-  cmd->add_option("--numerics", opt->numerics, "numerics profile: fast | torch-cpu | bf16");
+  cmd->add_option("--numerics", opt->numerics,
+                  fmt::format("numerics profile: {}", fmt::join(numerics_profiles(), " | ")));
   cmd->add_option("--dump", opt->dump_dir, "write equivalence dumps into this directory");
   cmd->add_option("--dump-level", opt->dump_level, "1: loss, grads, params per step; 2: + activations")
       ->check(CLI::Range(1, 2));

@@ -1,6 +1,9 @@
+#include <fmt/format.h>
+
 #include <cstdlib>
 
 #include "forge/cli/commands.h"
+#include "forge/numerics/numerics.h"
 #include "forge/verify/verify.h"
 
 namespace forge::cli {
@@ -12,9 +15,10 @@ void register_verify(CLI::App& app) {
   cmd->add_option("--gate", o->gate, "alignment | multistep | resume | long-horizon | dp | perf")
       ->required()
       ->check(CLI::IsMember({"alignment", "multistep", "resume", "long-horizon", "dp", "perf"}));
-  cmd->add_option("--profile", o->profile, "numerics profile: fast | torch-cpu | bf16")
+  cmd->add_option("--profile", o->profile,
+                  fmt::format("numerics profile: {}", fmt::join(numerics_profiles(), " | ")))
       ->required()
-      ->check(CLI::IsMember({"fast", "torch-cpu", "bf16"}));
+      ->check(CLI::IsMember(numerics_profiles()));
   cmd->add_option("--config", o->config, "config JSON read by both sides")->required();
   cmd->add_option("--out", o->out_dir, "report folder (default runs/verify/<gate>-<profile>)");
   cmd->add_option("--steps", o->steps, "override the gate's step count")->check(CLI::PositiveNumber);

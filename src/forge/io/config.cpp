@@ -1,12 +1,15 @@
 #include "forge/io/config.h"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
-#include <set>
 #include <nlohmann/json.hpp>
+#include <set>
+#include <vector>
 
 #include "forge/core/error.h"
 #include "forge/io/atomic_file.h"
+#include "forge/numerics/numerics.h"
 
 namespace forge {
 namespace {
@@ -75,7 +78,8 @@ class Section {
     dst = x;
   }
 
-  void read_string(const std::string& name, std::string& dst, std::initializer_list<const char*> choices = {}) {
+  void read_string(const std::string& name, std::string& dst,
+                   const std::vector<std::string>& choices = {}) {
     const json* v = find(name);
     if (!v) return;
     if (!v->is_string()) fail("{}: field '{}': expected a string, got {}", where_, field(name), json_type_name(*v));
@@ -83,7 +87,7 @@ class Section {
     if (choices.size() > 0) {
       bool found = false;
       std::string list;
-      for (const char* c : choices) {
+      for (const std::string& c : choices) {
         if (s == c) found = true;
         list += list.empty() ? "" : "|";
         list += c;
@@ -174,7 +178,7 @@ Config parse_config(const json& j, const std::string& where) {
   if (const json* t = top.object("train")) parse_train(*t, where, c.train);
   if (const json* d = top.object("data")) parse_data(*d, where, c.data);
   top.read_string("out_dir", c.out_dir);
-  top.read_string("numerics", c.numerics, {"fast", "torch-cpu", "bf16"});
+  top.read_string("numerics", c.numerics, numerics_profiles());
   top.reject_unknown();
   if (c.out_dir.empty()) fail("{}: field 'out_dir': expected a non-empty path, got \"\"", where);
   validate_config(c);
@@ -269,8 +273,10 @@ void validate_config(const Config& c) {
   } else {
     fail("{}: field 'model.family': expected one of gpt2|llama, got \"{}\"", where, m.family);
   }
-  if (c.numerics != "fast" && c.numerics != "torch-cpu" && c.numerics != "bf16")
-    fail("{}: field 'numerics': expected one of fast|torch-cpu|bf16, got \"{}\"", where, c.numerics);
+  const auto profiles = numerics_profiles();
+  if (std::find(profiles.begin(), profiles.end(), c.numerics) == profiles.end())
+    fail("{}: field 'numerics': expected one of {}, got \"{}\"", where, fmt::join(profiles, "|"),
+         c.numerics);
 }
 
 }  // namespace forge
