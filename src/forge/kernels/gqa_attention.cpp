@@ -111,6 +111,8 @@ namespace cpu {
 
 namespace {
 
+#include "forge/kernels/cpu/attention_rows.inc"
+
 // kQTile queries against kKTile keys at a time: the score tile, one transposed key (or
 // value) tile and the row accumulators stay in L1/L2.
 constexpr int kQTile = 32;
@@ -127,60 +129,6 @@ struct Tiles {  // per thread, on the stack (~112 KB)
 void transpose_tile(float* dst, const float* src, size_t ld, int n, int hd) {
   for (int j = 0; j < n; ++j)
     for (int d = 0; d < hd; ++d) dst[d * kKTile + j] = src[j * ld + d];
-}
-
-// s[0, n) *= scale, then keys from first_masked on (after the query: causal) become -inf.
-void scale_and_mask(float* s, int n, float scale, int first_masked) {
-  using namespace simd;
-  const V vs = set1(scale);
-  int j = 0;
-  for (; j + W <= n; j += W) store(s + j, mul(load(s + j), vs));
-  for (; j < n; ++j) s[j] *= scale;
-  for (j = std::max(first_masked, 0); j < n; ++j) s[j] = -std::numeric_limits<float>::infinity();
-}
-
-// s[j] = exp(s[j] - shift); returns the sum.
-float exp_shifted(float* s, int n, float shift) {
-  using namespace simd;
-  const V vshift = set1(shift);
-  V sum = zero();
-  int j = 0;
-  for (; j + W <= n; j += W) {
-    const V e = simd::exp(sub(load(s + j), vshift));
-    store(s + j, e);
-    sum = add(sum, e);
-  }
-  float total = reduce_add(sum);
-  for (; j < n; ++j) total += s[j] = exp_scalar(s[j] - shift);
-  return total;
-}
-
-float row_max(const float* x, int n) {
-  using namespace simd;
-  V m = set1(-std::numeric_limits<float>::infinity());
-  int j = 0;
-  for (; j + W <= n; j += W) m = simd::max(m, load(x + j));
-  float r = reduce_max(m);
-  for (; j < n; ++j) r = std::max(r, x[j]);
-  return r;
-}
-
-void scale_row(float* x, int n, float a) {
-  using namespace simd;
-  const V va = set1(a);
-  int d = 0;
-  for (; d + W <= n; d += W) store(x + d, mul(load(x + d), va));
-  for (; d < n; ++d) x[d] *= a;
-}
-
-float dot(const float* a, const float* b, int n) {
-  using namespace simd;
-  V acc = zero();
-  int d = 0;
-  for (; d + W <= n; d += W) acc = fmadd(load(a + d), load(b + d), acc);
-  float r = reduce_add(acc);
-  for (; d < n; ++d) r += a[d] * b[d];
-  return r;
 }
 
 // P = exp(scale Q K^T - lse) for one (query tile, key tile), masked; into tiles.scores.
@@ -232,7 +180,7 @@ void gqa_attention_forward(float* out, float* lse, const float* q, const float* 
             for (int r = 0; r < nq; ++r) {
               float* srow = tl.scores + r * kKTile;
               scale_and_mask(srow, nk, scale, i0 + r + 1 - j0);
-              const float m_new = std::max(m[r], row_max(srow, nk));
+              const float m_new = std::max(m[r], max_of(srow, nk));
               if (m_new > m[r]) {
                 // Online softmax: what was summed under the old maximum is rescaled.
                 const float corr = std::exp(m[r] - m_new);
