@@ -174,6 +174,27 @@ void BM_LinearBf16(benchmark::State& state, LinearShape s, bool backward) {
       benchmark::Counter::kIsRate, benchmark::Counter::kIs1000);
 }
 
+// The bf16 linear layer's operand passes on their own: the input rounded to bf16 (forward),
+// and dout rounded, transposed and summed into dbias in one read (backward). Bytes counted
+// are the fp32 read plus the bf16 written, so GB/s compares with the machine's bandwidth.
+void BM_Bf16Operands(benchmark::State& state, LinearShape s, bool gradient) {
+  const int cols = gradient ? s.OC : s.IC;
+  const size_t n = size_t(s.N) * cols;
+  auto src = random_floats(n, 5);
+  std::vector<uint16_t> a(n), at(gradient ? n : 0);
+  std::vector<float> db(cols);
+  for (auto _ : state) {
+    if (gradient)
+      cpu::bf16_gradient_operands(a.data(), at.data(), db.data(), src.data(), s.N, cols);
+    else
+      cpu::to_bf16(a.data(), src.data(), n);
+    benchmark::ClobberMemory();
+  }
+  state.counters["GB/s"] =
+      benchmark::Counter(double(n) * (4 + 2 * (gradient ? 2 : 1)) * state.iterations(),
+                         benchmark::Counter::kIsRate, benchmark::Counter::kIs1000);
+}
+
 // An MLP block's forward as the step runs it: GEMM, then an OpenMP kernel, then GEMM. With
 // OpenBLAS two thread pools (its pthreads and the OpenMP team) take turns on the same cores
 // and each spins while the other works; with oneDNN or forge's kernel one team does all.
@@ -440,6 +461,12 @@ void register_all() {
       benchmark::RegisterBenchmark(
           ("linear/bf16/" + n + (backward ? "/bwd" : "/fwd")).c_str(), BM_LinearBf16, s,
           backward)
+          ->Unit(benchmark::kMicrosecond)
+          ->UseRealTime();
+    for (bool gradient : {false, true})
+      benchmark::RegisterBenchmark(
+          ("bf16_operands/" + n + (gradient ? "/gradient" : "/input")).c_str(), BM_Bf16Operands, s,
+          gradient)
           ->Unit(benchmark::kMicrosecond)
           ->UseRealTime();
   }

@@ -343,9 +343,8 @@ TEST(Bf16, GradientOperandsMatchScalarBitForBit) {
   // Awkward sizes: partial 16-row and 16-column blocks, more columns than one thread's
   // 512-column accumulator run, and values the rounding treats specially.
   for_each_isa([&] {
-    for (auto [N, OC] : {std::pair{1, 1}, std::pair{16, 16}, std::pair{17, 15},
-                         std::pair{45, 301}, std::pair{130, 1100}, std::pair{2048, 37},
-                         std::pair{64, 1152}}) {
+    for (auto [N, OC] : {std::pair{1, 1}, std::pair{16, 16}, std::pair{17, 15}, std::pair{45, 301},
+                         std::pair{130, 1100}, std::pair{2048, 37}, std::pair{64, 1152}}) {
       for (bool with_bias : {true, false}) {
         SCOPED_TRACE(testing::Message() << N << " x " << OC << (with_bias ? " bias" : ""));
         std::mt19937 rng(static_cast<unsigned>(N * 7919 + OC));

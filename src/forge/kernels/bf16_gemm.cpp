@@ -155,10 +155,12 @@ __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16"))) void to_bf16_avx
   for (; i < n; ++i) out[i] = scalar::bf16_bits(in[i]);
 }
 
-// One 16 x 16 block: dst[c * ldd + r] = src[r * lds + c]. Four rounds of unpacks interleave
-// ever wider units (16, 32, 64 bits, then 128-bit lanes), as in any register transpose.
-__attribute__((target("avx2"))) void transpose_block16_avx2(uint16_t* dst, size_t ldd,
-                                                           const uint16_t* src, size_t lds) {
+// One 16 x 16 block in registers: col[c] holds src[r * lds + c] for r = 0..15. Four rounds of
+// unpacks interleave ever wider units (16, 32, 64 bits, then 128-bit lanes), as in any
+// register transpose.
+__attribute__((target("avx2"))) inline void transpose16_to_registers(__m256i col[16],
+                                                                     const uint16_t* src,
+                                                                     size_t lds) {
   __m256i r[16], t[16];
   for (int i = 0; i < 16; ++i)
     r[i] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + i * lds));
@@ -182,10 +184,32 @@ __attribute__((target("avx2"))) void transpose_block16_avx2(uint16_t* dst, size_
     }
   // Column c (< 8) is lane 0 of t[c] then of t[8+c]; column 8+c lane 1 of both.
   for (int c = 0; c < 8; ++c) {
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + c * ldd),
-                        _mm256_permute2x128_si256(t[c], t[8 + c], 0x20));
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + (8 + c) * ldd),
-                        _mm256_permute2x128_si256(t[c], t[8 + c], 0x31));
+    col[c] = _mm256_permute2x128_si256(t[c], t[8 + c], 0x20);
+    col[8 + c] = _mm256_permute2x128_si256(t[c], t[8 + c], 0x31);
+  }
+}
+
+// One 16 x 16 block: dst[c * ldd + r] = src[r * lds + c].
+__attribute__((target("avx2"))) void transpose_block16_avx2(uint16_t* dst, size_t ldd,
+                                                            const uint16_t* src, size_t lds) {
+  __m256i col[16];
+  transpose16_to_registers(col, src, lds);
+  for (int c = 0; c < 16; ++c)
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + c * ldd), col[c]);
+}
+
+// 32 rows by 16 columns: each of dst's 16 rows gets its 64 bytes (a whole cache line when
+// aligned) in two adjacent stores. Written as two 16 x 16 blocks, the first block's half lines
+// could be evicted before the second completed them when dst's rows are a multiple of 4 KiB
+// apart (16 rows in one L1 set of 12 ways), and each line was fetched twice.
+__attribute__((target("avx2"))) void transpose_block32x16_avx2(uint16_t* dst, size_t ldd,
+                                                               const uint16_t* src, size_t lds) {
+  __m256i top[16], bottom[16];
+  transpose16_to_registers(top, src, lds);
+  transpose16_to_registers(bottom, src + 16 * lds, lds);
+  for (int c = 0; c < 16; ++c) {
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + c * ldd), top[c]);
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + c * ldd + 16), bottom[c]);
   }
 }
 
@@ -280,38 +304,56 @@ void transpose_u16(uint16_t* dst, size_t ldd, const uint16_t* src, size_t lds, i
 
 namespace {
 
-// Columns a thread sums at a time: their accumulators (2 KiB) stay in L1 while it walks the
-// rows.
+// Columns a thread takes at a time: their dbias accumulators (2 KiB) and a band's rounded
+// rows (kGradientRows x 512 bf16, 32 KiB) stay in L1/L2 between the two passes over the band.
 constexpr int kGradientColumns = 512;
+// Rows per band: gt's rows then take whole 64-byte lines (32 bf16) from one band.
+constexpr int kGradientRows = 32;
+// How far ahead round_band prefetches dout. A thread reads a short run of each row (its
+// columns), a whole row apart, which the hardware prefetchers do not follow: the loads
+// stalled (perf). With the prefetch and the 32 x 16 transposes the pass ran 1.2-2x faster on
+// the shapes of small and gpt2-124m (bench_kernels bf16_operands/*/gradient, min of 3
+// alternated runs); in a small bf16 step, where dout arrives from the previous op, it took
+// about as long as before (perf samples).
+constexpr int kPrefetchRows = 4;
 
-// Rows [r0, r0 + nr) by columns [c0, c0 + 16) of dout: rounded into g, added (row by row,
-// so each column keeps scalar::bf16_gradient_operands's order) into acc, transposed into gt.
-__attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16,avx2"))) void gradient_block_16(
-    uint16_t* g, uint16_t* gt, float* acc, const float* dout, int N, int OC, int r0, int nr,
-    int c0) {
-  __m512 sum = acc ? _mm512_loadu_ps(acc) : _mm512_setzero_ps();
-  for (int i = 0; i < nr; ++i) {
-    const size_t at = static_cast<size_t>(r0 + i) * OC + c0;
-    const __m512 x = _mm512_loadu_ps(dout + at);
-    if (acc) sum = _mm512_add_ps(sum, x);
-    to_bf16_16(g + at, dout + at, x);
+// Rows [r0, r1) by columns [c0, c1) of dout, row by row: rounded into g and added into acc
+// (acc[c - c0], null: no bias), so each column keeps scalar::bf16_gradient_operands's order.
+__attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16"))) void round_band(
+    uint16_t* g, float* acc, const float* dout, int OC, int r0, int r1, int c0, int c1) {
+  const int c16 = c0 + (c1 - c0) / 16 * 16;
+  for (int r = r0; r < r1; ++r) {
+    const size_t row = static_cast<size_t>(r) * OC;
+    const float* ahead = dout + static_cast<size_t>(std::min(r + kPrefetchRows, r1 - 1)) * OC;
+    for (int c = c0; c < c16; c += 16) {
+      _mm_prefetch(reinterpret_cast<const char*>(ahead + c), _MM_HINT_T0);
+      const __m512 x = _mm512_loadu_ps(dout + row + c);
+      if (acc) _mm512_storeu_ps(acc + (c - c0), _mm512_add_ps(_mm512_loadu_ps(acc + (c - c0)), x));
+      to_bf16_16(g + row + c, dout + row + c, x);
+    }
+    for (int c = c16; c < c1; ++c) {
+      if (acc) acc[c - c0] += dout[row + c];
+      g[row + c] = scalar::bf16_bits(dout[row + c]);
+    }
   }
-  if (acc) _mm512_storeu_ps(acc, sum);
-  transpose_block(gt + static_cast<size_t>(c0) * N + r0, static_cast<size_t>(N),
-                  g + static_cast<size_t>(r0) * OC + c0, static_cast<size_t>(OC), nr, 16, true);
 }
 
-// gradient_block_16's work for the last nc < 16 columns, one value at a time.
-void gradient_block_narrow(uint16_t* g, uint16_t* gt, float* acc, const float* dout, int N,
-                           int OC, int r0, int nr, int c0, int nc) {
-  for (int i = 0; i < nr; ++i)
-    for (int c = 0; c < nc; ++c) {
-      const size_t at = static_cast<size_t>(r0 + i) * OC + c0 + c;
-      if (acc) acc[c] += dout[at];
-      g[at] = scalar::bf16_bits(dout[at]);
+// The band's rounded values, g rows [r0, r1) by columns [c0, c1), transposed into gt (rows N
+// apart) in registers: 32 x 16 blocks where the band is whole, 16 x 16 at its edges.
+void transpose_band(uint16_t* gt, const uint16_t* g, int N, int OC, int r0, int r1, int c0,
+                    int c1) {
+  const size_t ldgt = static_cast<size_t>(N);
+  for (int c = c0; c < c1; c += 16) {
+    if (r1 - r0 == 32 && c + 16 <= c1) {
+      transpose_block32x16_avx2(gt + static_cast<size_t>(c) * ldgt + r0, ldgt,
+                                g + static_cast<size_t>(r0) * OC + c, static_cast<size_t>(OC));
+      continue;
     }
-  transpose_block(gt + static_cast<size_t>(c0) * N + r0, static_cast<size_t>(N),
-                  g + static_cast<size_t>(r0) * OC + c0, static_cast<size_t>(OC), nr, nc, false);
+    for (int r = r0; r < r1; r += 16)
+      transpose_block(gt + static_cast<size_t>(c) * ldgt + r, ldgt,
+                      g + static_cast<size_t>(r) * OC + c, static_cast<size_t>(OC),
+                      std::min(16, r1 - r), std::min(16, c1 - c), true);
+  }
 }
 
 void gradient_operands_fused(uint16_t* g, uint16_t* gt, float* dbias, const float* dout, int N,
@@ -327,17 +369,11 @@ void gradient_operands_fused(uint16_t* g, uint16_t* gt, float* dbias, const floa
     for (int c_lo = lo; c_lo < hi; c_lo += kGradientColumns) {
       const int c_hi = std::min(hi, c_lo + kGradientColumns);
       std::fill(acc, acc + (c_hi - c_lo), 0.0f);
-      // 32 rows at a time: gt's rows then take whole 64-byte lines at once.
-      for (int r_lo = 0; r_lo < N; r_lo += 32)
-        for (int c0 = c_lo; c0 < c_hi; c0 += 16)
-          for (int r0 = r_lo; r0 < std::min(N, r_lo + 32); r0 += 16) {
-            const int nr = std::min(16, N - r0);
-            float* a = dbias ? acc + (c0 - c_lo) : nullptr;
-            if (c0 + 16 <= c_hi)
-              gradient_block_16(g, gt, a, dout, N, OC, r0, nr, c0);
-            else
-              gradient_block_narrow(g, gt, a, dout, N, OC, r0, nr, c0, c_hi - c0);
-          }
+      for (int r_lo = 0; r_lo < N; r_lo += kGradientRows) {
+        const int r_hi = std::min(N, r_lo + kGradientRows);
+        round_band(g, dbias ? acc : nullptr, dout, OC, r_lo, r_hi, c_lo, c_hi);
+        transpose_band(gt, g, N, OC, r_lo, r_hi, c_lo, c_hi);
+      }
       if (dbias) std::copy(acc, acc + (c_hi - c_lo), dbias + c_lo);
     }
   }
