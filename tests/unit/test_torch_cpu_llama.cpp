@@ -7,6 +7,7 @@
 // code on awkward shapes and writes inputs and torch's outputs; each test runs the kernel with
 // OpenMP and OpenBLAS pinned to the same n and requires torch's bit pattern everywhere. A
 // missing torch makes the fixture step fail, and so the tests fail.
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 #include <omp.h>
 #include <unistd.h>
@@ -163,7 +164,7 @@ TEST_P(TorchCpuLlamaOps, ProfileUsesTheKernels) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Threads, TorchCpuLlamaOps, ::testing::Values(1, 2),
-                         [](const auto& info) { return "t" + std::to_string(info.param); });
+                         [](const auto& info) { return fmt::format("t{}", info.param); });
 
 // --- against the float64 scalar references (no torch needed) -----------------------------
 
