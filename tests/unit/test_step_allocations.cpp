@@ -20,6 +20,7 @@
 
 #include "forge/core/float_buffer.h"
 #include "forge/model/model.h"
+#include "forge/model/params.h"
 #include "forge/numerics/numerics.h"
 
 namespace {
@@ -87,10 +88,8 @@ Counts allocations_in_a_step(const std::string& family, const std::string& profi
   model->init_weights(5);
   const ParamLayout& layout = model->layout();
   FloatBuffer grads(layout.total_floats()), m(layout.total_floats()), v(layout.total_floats());
-  std::vector<ParamRef> refs;
-  for (const auto& p : layout.tensors())
-    refs.push_back({model->params() + p.offset, grads.data() + p.offset, m.data() + p.offset,
-                    v.data() + p.offset, p.numel, p.decay});
+  std::vector<ParamRef> refs =
+      param_refs(layout, model->params(), grads.data(), m.data(), v.data());
   std::vector<int32_t> x(static_cast<size_t>(B) * T), y(x.size());
   for (size_t i = 0; i < x.size(); ++i) {
     x[i] = static_cast<int32_t>((i * 37 + 11) % cfg.vocab_size);

@@ -38,4 +38,14 @@ size_t ParamLayout::numel() const {
   return n;
 }
 
+std::vector<ParamRef> param_refs(const ParamLayout& layout, float* params, float* grads,
+                                 float* exp_avg, float* exp_avg_sq) {
+  std::vector<ParamRef> refs;
+  refs.reserve(layout.tensors().size());
+  for (const auto& p : layout.tensors())
+    refs.push_back({params + p.offset, grads + p.offset, exp_avg + p.offset, exp_avg_sq + p.offset,
+                    p.numel, p.decay});
+  return refs;
+}
+
 }  // namespace forge

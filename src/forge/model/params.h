@@ -8,7 +8,8 @@
 #include <string>
 #include <vector>
 
-#include "forge/core/float_buffer.h"  // the buffers params, gradients and moments live in
+#include "forge/core/float_buffer.h"
+#include "forge/numerics/numerics.h"  // ParamRef  // the buffers params, gradients and moments live in
 
 namespace forge {
 
@@ -36,5 +37,10 @@ class ParamLayout {
   std::vector<ParamSpec> tensors_;
   size_t total_ = 0;
 };
+
+// One ParamRef per tensor of the layout, over buffers laid out as `params` is (gradients,
+// AdamW's two moments): what a profile's optimizer_step takes.
+std::vector<ParamRef> param_refs(const ParamLayout& layout, float* params, float* grads,
+                                 float* exp_avg, float* exp_avg_sq);
 
 }  // namespace forge

@@ -30,10 +30,8 @@ EngineTiming time_engine_steps(const Config& cfg, const std::string& profile, in
   model->init_weights(cfg.train.seed);
   const ParamLayout& layout = model->layout();
   FloatBuffer grads(layout.total_floats()), m(layout.total_floats()), v(layout.total_floats());
-  std::vector<ParamRef> refs;
-  for (const auto& p : layout.tensors())
-    refs.push_back({model->params() + p.offset, grads.data() + p.offset, m.data() + p.offset,
-                    v.data() + p.offset, p.numel, p.decay});
+  std::vector<ParamRef> refs =
+      param_refs(layout, model->params(), grads.data(), m.data(), v.data());
   std::vector<int32_t> x(static_cast<size_t>(B) * T), y(x.size());
   Rng rng(0);
   EngineTiming out;

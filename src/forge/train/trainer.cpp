@@ -117,11 +117,10 @@ TrainResult run_training(const TrainOptions& opt) {
   if (world > 1)
     dp = std::make_unique<dist::DataParallel>(*comm, layout, sharding, model->params(),
                                               grads.data(), micro_grads.data());
-  std::vector<ParamRef> refs;
-  if (!zero1)
-    for (const auto& p : layout.tensors())
-      refs.push_back({model->params() + p.offset, grads.data() + p.offset,
-                      exp_avg.data() + p.offset, exp_avg_sq.data() + p.offset, p.numel, p.decay});
+  // ZeRO-1: the DataParallel shard holds the refs to the rank's own elements instead.
+  std::vector<ParamRef> refs =
+      zero1 ? std::vector<ParamRef>{}
+            : param_refs(layout, model->params(), grads.data(), exp_avg.data(), exp_avg_sq.data());
 
   TrainState state;
   state.config = config_to_json(cfg);
