@@ -22,6 +22,7 @@
 #include "forge/model/model.h"
 #include "forge/model/params.h"
 #include "forge/numerics/numerics.h"
+#include "forge/numerics/timed.h"
 
 namespace {
 std::atomic<bool> g_counting{false};
@@ -79,11 +80,20 @@ struct Counts {
 };
 
 // Allocations during one step of `family` under `profile`, after two warm-up steps (a
-// library may set itself up on first use: oneDNN builds its primitives then).
-Counts allocations_in_a_step(const std::string& family, const std::string& profile) {
+// library may set itself up on first use: oneDNN builds its primitives then). `timed` wraps
+// the profile in the TimedNumerics of `forge bench --breakdown`, reset before the counted
+// step as the bench does after its warm-up.
+Counts allocations_in_a_step(const std::string& family, const std::string& profile,
+                             bool timed = false) {
   const int B = 2, T = 24;  // T below block_size: the unused positions' path runs too
   const ModelConfig cfg = tiny_config(family);
   std::unique_ptr<Numerics> nx = make_numerics(profile);
+  TimedNumerics* timer = nullptr;
+  if (timed) {
+    auto t = std::make_unique<TimedNumerics>(std::move(nx));
+    timer = t.get();
+    nx = std::move(t);
+  }
   std::unique_ptr<Model> model = make_model(cfg, B, T, *nx);
   model->init_weights(5);
   const ParamLayout& layout = model->layout();
@@ -97,6 +107,7 @@ Counts allocations_in_a_step(const std::string& family, const std::string& profi
   }
   Counts during;
   for (int step = 1; step <= 3; ++step) {
+    if (timer && step == 3) timer->reset();
     const long forge0 = g_allocations.load(), onednn0 = g_in_onednn.load();
     g_counting = step == 3;
     model->forward(x.data(), y.data(), B, T);
@@ -105,6 +116,9 @@ Counts allocations_in_a_step(const std::string& family, const std::string& profi
                        {1e-3, 0.9, 0.95, 1e-8, 0.1, 1.0, step});
     g_counting = false;
     during = {g_allocations.load() - forge0, g_in_onednn.load() - onednn0};
+  }
+  if (timer) {
+    EXPECT_GT(timer->seconds().size(), 5u) << "the timer saw the step's ops";
   }
   return during;
 }
@@ -128,6 +142,14 @@ TEST(StepAllocations, ATrainingStepAllocatesNothing) {
       std::printf("%s under %s: %ld allocations by forge, %ld inside oneDNN's executions\n",
                   family.c_str(), profile.c_str(), n.forge, n.onednn);
     }
+}
+
+TEST(StepAllocations, ATimedStepAllocatesNothing) {
+  // forge bench --breakdown times every op of the step; the timing must not allocate either.
+  for (const std::string family : {"gpt2", "llama"}) {
+    SCOPED_TRACE(family + " under fast, timed");
+    EXPECT_EQ(allocations_in_a_step(family, "fast", true).forge, 0);
+  }
 }
 
 }  // namespace

@@ -4,13 +4,18 @@
 
 namespace forge {
 
+double& TimedNumerics::total_of(std::string_view op) {
+  const auto it = seconds_.find(op);
+  return it != seconds_.end() ? it->second : seconds_.emplace(op, 0.0).first->second;
+}
+
 template <typename F>
 auto TimedNumerics::timed(const char* op, F&& f) {
   struct Stop {
     double& total;
     std::chrono::steady_clock::time_point t0 = std::chrono::steady_clock::now();
     ~Stop() { total += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(); }
-  } stop{seconds_[op]};
+  } stop{total_of(op)};
   return f();
 }
 

@@ -3,9 +3,11 @@
 // time goes, without touching the model code.
 #pragma once
 
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
+#include <string_view>
 
 #include "forge/numerics/numerics.h"
 
@@ -16,9 +18,12 @@ class TimedNumerics final : public Numerics {
   explicit TimedNumerics(std::unique_ptr<Numerics> inner) : inner_(std::move(inner)) {}
   std::string name() const override { return inner_->name(); }
   void plan(const StepShape& s) override { inner_->plan(s); }
-  // op name -> seconds, accumulated since the last reset().
-  const std::map<std::string, double>& seconds() const { return seconds_; }
-  void reset() { seconds_.clear(); }
+  // op name -> seconds, accumulated since the last reset(). An op's entry is made on its first
+  // call; reset() zeroes the totals and keeps the entries, so that timed steps allocate nothing.
+  const std::map<std::string, double, std::less<>>& seconds() const { return seconds_; }
+  void reset() {
+    for (auto& [op, secs] : seconds_) secs = 0.0;
+  }
 
   void embedding_forward(float* out, const int32_t* tokens, const float* wte, const float* wpe,
                          int B, int T, int C) override;
@@ -97,8 +102,10 @@ class TimedNumerics final : public Numerics {
  private:
   template <typename F>
   auto timed(const char* op, F&& f);
+  double& total_of(std::string_view op);
   std::unique_ptr<Numerics> inner_;
-  std::map<std::string, double> seconds_;
+  // std::less<> finds an op by its name without building a std::string for every call.
+  std::map<std::string, double, std::less<>> seconds_;
 };
 
 }  // namespace forge
