@@ -14,6 +14,8 @@
 #include <cstring>
 #include <random>
 #include <string>
+#include <tuple>
+#include <utility>
 #include <vector>
 
 #include "forge/kernels/attention.h"
@@ -45,11 +47,11 @@ struct LinearShape {
 
 // N = B*T rows.
 const LinearShape kShapes[] = {
-    {"small/qkv", 2048, 384, 1152},      {"small/attn_proj", 2048, 384, 384},
-    {"small/fc", 2048, 384, 1536},       {"small/mlp_proj", 2048, 1536, 384},
-    {"small/lm_head", 2048, 384, 256},   {"124m/qkv", 1024, 768, 2304},
-    {"124m/attn_proj", 1024, 768, 768},  {"124m/fc", 1024, 768, 3072},
-    {"124m/mlp_proj", 1024, 3072, 768},  {"124m/lm_head", 1024, 768, 50304},
+    {"small/qkv", 2048, 384, 1152},     {"small/attn_proj", 2048, 384, 384},
+    {"small/fc", 2048, 384, 1536},      {"small/mlp_proj", 2048, 1536, 384},
+    {"small/lm_head", 2048, 384, 256},  {"124m/qkv", 1024, 768, 2304},
+    {"124m/attn_proj", 1024, 768, 768}, {"124m/fc", 1024, 768, 3072},
+    {"124m/mlp_proj", 1024, 3072, 768}, {"124m/lm_head", 1024, 768, 50304},
 };
 
 enum class Pass { kForward, kDinp, kDweight };
@@ -88,9 +90,9 @@ struct LinearBuffers {
 };
 
 void set_gemm_counters(benchmark::State& state, const GemmProblem& g) {
-  state.counters["GFLOP/s"] = benchmark::Counter(2.0 * g.M * g.N * g.K * state.iterations(),
-                                                 benchmark::Counter::kIsRate,
-                                                 benchmark::Counter::kIs1000);
+  state.counters["GFLOP/s"] =
+      benchmark::Counter(2.0 * g.M * g.N * g.K * state.iterations(), benchmark::Counter::kIsRate,
+                         benchmark::Counter::kIs1000);
 }
 
 void BM_GemmOpenBLAS(benchmark::State& state, LinearShape s, Pass p) {
@@ -120,8 +122,7 @@ void BM_GemmVia(benchmark::State& state, LinearShape s, Pass p, cpu::GemmBackend
 
 // The same three GEMMs on packed bf16 operands (oneDNN's bf16 matmul, fp32 accumulation), and
 // dweight and dinp also from dout stored transposed, [OC, N] (dweight then a plain NN product).
-void BM_GemmBf16(benchmark::State& state, LinearShape s, Pass p, bool dweight_nn,
-                 bool dinp_tn) {
+void BM_GemmBf16(benchmark::State& state, LinearShape s, Pass p, bool dweight_nn, bool dinp_tn) {
   if (!cpu::native_bf16_available()) {
     state.SkipWithError("no bf16 dot products on this CPU");
     return;
@@ -157,21 +158,21 @@ void BM_LinearBf16(benchmark::State& state, LinearShape s, bool backward) {
   auto bias = random_floats(s.OC, 4);
   std::vector<float> db(s.OC), saved(cpu::bf16_linear_saved_floats(s.N, s.IC, s.OC)),
       scratch(cpu::bf16_linear_scratch_floats(s.N, s.IC, s.OC));
-  cpu::bf16_linear_forward(buf.y.data(), saved.data(), buf.x.data(), buf.w.data(), bias.data(),
-                           s.N, s.IC, s.OC, scratch.data());
+  cpu::bf16_linear_forward(buf.y.data(), saved.data(), buf.x.data(), buf.w.data(), bias.data(), s.N,
+                           s.IC, s.OC, scratch.data());
   for (auto _ : state) {
     if (backward)
       cpu::bf16_linear_backward(buf.dx.data(), buf.dw.data(), db.data(), buf.dy.data(),
                                 buf.x.data(), buf.w.data(), saved.data(), s.N, s.IC, s.OC,
                                 scratch.data());
     else
-      cpu::bf16_linear_forward(buf.y.data(), saved.data(), buf.x.data(), buf.w.data(),
-                               bias.data(), s.N, s.IC, s.OC, scratch.data());
+      cpu::bf16_linear_forward(buf.y.data(), saved.data(), buf.x.data(), buf.w.data(), bias.data(),
+                               s.N, s.IC, s.OC, scratch.data());
     benchmark::ClobberMemory();
   }
-  state.counters["GFLOP/s"] = benchmark::Counter(
-      2.0 * s.N * s.IC * s.OC * (backward ? 2 : 1) * state.iterations(),
-      benchmark::Counter::kIsRate, benchmark::Counter::kIs1000);
+  state.counters["GFLOP/s"] =
+      benchmark::Counter(2.0 * s.N * s.IC * s.OC * (backward ? 2 : 1) * state.iterations(),
+                         benchmark::Counter::kIsRate, benchmark::Counter::kIs1000);
 }
 
 // The bf16 linear layer's operand passes on their own: the input rounded to bf16 (forward),
@@ -209,9 +210,9 @@ void BM_MlpForwardSequence(benchmark::State& state, cpu::GemmBackend backend) {
     cpu::gemm_with(backend, false, true, N, C, H, g.data(), H, w2.data(), H, 0.0f, y.data(), C);
     benchmark::ClobberMemory();
   }
-  state.counters["GFLOP/s"] = benchmark::Counter(4.0 * N * C * H * state.iterations(),
-                                                 benchmark::Counter::kIsRate,
-                                                 benchmark::Counter::kIs1000);
+  state.counters["GFLOP/s"] =
+      benchmark::Counter(4.0 * N * C * H * state.iterations(), benchmark::Counter::kIsRate,
+                         benchmark::Counter::kIs1000);
 }
 
 // --- attention -----------------------------------------------------------------------
@@ -324,14 +325,13 @@ void BM_LayerNormFused(benchmark::State& state, int N, int C, bool backward) {
       cpu::layernorm_backward(dx.data(), dw.data(), db.data(), dy.data(), x.data(), w.data(),
                               mean.data(), rstd.data(), N, C);
     else
-      cpu::layernorm_forward(y.data(), mean.data(), rstd.data(), x.data(), w.data(), b.data(), N,
-                             C, 1e-5f);
+      cpu::layernorm_forward(y.data(), mean.data(), rstd.data(), x.data(), w.data(), b.data(), N, C,
+                             1e-5f);
     benchmark::ClobberMemory();
   }
   const double bytes = double(N) * C * 4 * (backward ? 3 : 2);
-  state.counters["GB/s"] = benchmark::Counter(bytes * state.iterations(),
-                                              benchmark::Counter::kIsRate,
-                                              benchmark::Counter::kIs1000);
+  state.counters["GB/s"] = benchmark::Counter(
+      bytes * state.iterations(), benchmark::Counter::kIsRate, benchmark::Counter::kIs1000);
 }
 
 // The unfused forward: mean pass, variance pass, normalise pass, affine pass, each a
@@ -363,9 +363,9 @@ void BM_LayerNormUnfused(benchmark::State& state, int N, int C) {
       for (int c = 0; c < C; ++c) y[size_t(n) * C + c] = y[size_t(n) * C + c] * w[c] + b[c];
     benchmark::ClobberMemory();
   }
-  state.counters["GB/s"] = benchmark::Counter(double(N) * C * 8 * state.iterations(),
-                                              benchmark::Counter::kIsRate,
-                                              benchmark::Counter::kIs1000);
+  state.counters["GB/s"] =
+      benchmark::Counter(double(N) * C * 8 * state.iterations(), benchmark::Counter::kIsRate,
+                         benchmark::Counter::kIs1000);
 }
 
 // --- classifier ----------------------------------------------------------------------
@@ -378,13 +378,13 @@ void BM_ClassifierFused(benchmark::State& state, int N, int V, int Vp) {
   for (auto _ : state) {
     benchmark::DoNotOptimize(
         cpu::cross_entropy_forward(lse.data(), logits.data(), targets.data(), N, V, Vp));
-    cpu::cross_entropy_backward(dlogits.data(), logits.data(), lse.data(), targets.data(), N, V,
-                                Vp, 1.0f);
+    cpu::cross_entropy_backward(dlogits.data(), logits.data(), lse.data(), targets.data(), N, V, Vp,
+                                1.0f);
     benchmark::ClobberMemory();
   }
-  state.counters["GB/s"] = benchmark::Counter(double(N) * Vp * 12 * state.iterations(),
-                                              benchmark::Counter::kIsRate,
-                                              benchmark::Counter::kIs1000);
+  state.counters["GB/s"] =
+      benchmark::Counter(double(N) * Vp * 12 * state.iterations(), benchmark::Counter::kIsRate,
+                         benchmark::Counter::kIs1000);
 }
 
 // The unfused sequence: softmax into a probability tensor, loss from it, gradient from it.
@@ -416,111 +416,66 @@ void BM_ClassifierUnfused(benchmark::State& state, int N, int V, int Vp) {
     }
     benchmark::ClobberMemory();
   }
-  state.counters["GB/s"] = benchmark::Counter(double(N) * Vp * 12 * state.iterations(),
-                                              benchmark::Counter::kIsRate,
-                                              benchmark::Counter::kIs1000);
+  state.counters["GB/s"] =
+      benchmark::Counter(double(N) * Vp * 12 * state.iterations(), benchmark::Counter::kIsRate,
+                         benchmark::Counter::kIs1000);
+}
+
+// Every benchmark reports microseconds of wall time: the kernels run on an OpenMP team, so CPU
+// time would add up the threads.
+template <typename... Args>
+void add(const std::string& name, Args&&... args) {
+  benchmark::RegisterBenchmark(name.c_str(), std::forward<Args>(args)...)
+      ->Unit(benchmark::kMicrosecond)
+      ->UseRealTime();
 }
 
 void register_all() {
   for (const LinearShape& s : kShapes)
     for (Pass p : {Pass::kForward, Pass::kDinp, Pass::kDweight}) {
       const std::string suffix = std::string(s.name) + "/" + pass_name(p);
-      benchmark::RegisterBenchmark(("gemm/openblas/" + suffix).c_str(), BM_GemmOpenBLAS, s, p)
-          ->Unit(benchmark::kMicrosecond)
-          ->UseRealTime();
+      add("gemm/openblas/" + suffix, BM_GemmOpenBLAS, s, p);
 #ifdef FORGE_HAVE_DNNL
-      benchmark::RegisterBenchmark(("gemm/onednn_matmul/" + suffix).c_str(), BM_GemmVia, s, p,
-                                   cpu::GemmBackend::kOneDnnMatmul)
-          ->Unit(benchmark::kMicrosecond)
-          ->UseRealTime();
-      benchmark::RegisterBenchmark(("gemm/onednn/" + suffix).c_str(), BM_GemmVia, s, p,
-                                   cpu::GemmBackend::kOneDNN)
-          ->Unit(benchmark::kMicrosecond)
-          ->UseRealTime();
+      add("gemm/onednn_matmul/" + suffix, BM_GemmVia, s, p, cpu::GemmBackend::kOneDnnMatmul);
+      add("gemm/onednn/" + suffix, BM_GemmVia, s, p, cpu::GemmBackend::kOneDNN);
 #endif
-      benchmark::RegisterBenchmark(("gemm/forge/" + suffix).c_str(), BM_GemmVia, s, p,
-                                   cpu::GemmBackend::kForge)
-          ->Unit(benchmark::kMicrosecond)
-          ->UseRealTime();
-      benchmark::RegisterBenchmark(("gemm/onednn_bf16/" + suffix).c_str(), BM_GemmBf16, s, p,
-                                   false, false)
-          ->Unit(benchmark::kMicrosecond)
-          ->UseRealTime();
+      add("gemm/forge/" + suffix, BM_GemmVia, s, p, cpu::GemmBackend::kForge);
+      add("gemm/onednn_bf16/" + suffix, BM_GemmBf16, s, p, false, false);
     }
   for (const LinearShape& s : kShapes) {
     const std::string n = s.name;
-    benchmark::RegisterBenchmark(("gemm/onednn_bf16/" + n + "/dweight_nn").c_str(), BM_GemmBf16,
-                                 s, Pass::kDweight, true, false)
-        ->Unit(benchmark::kMicrosecond)
-        ->UseRealTime();
-    benchmark::RegisterBenchmark(("gemm/onednn_bf16/" + n + "/dinp_tn").c_str(), BM_GemmBf16,
-                                 s, Pass::kDinp, false, true)
-        ->Unit(benchmark::kMicrosecond)
-        ->UseRealTime();
+    add("gemm/onednn_bf16/" + n + "/dweight_nn", BM_GemmBf16, s, Pass::kDweight, true, false);
+    add("gemm/onednn_bf16/" + n + "/dinp_tn", BM_GemmBf16, s, Pass::kDinp, false, true);
     for (bool backward : {false, true})
-      benchmark::RegisterBenchmark(
-          ("linear/bf16/" + n + (backward ? "/bwd" : "/fwd")).c_str(), BM_LinearBf16, s,
-          backward)
-          ->Unit(benchmark::kMicrosecond)
-          ->UseRealTime();
+      add("linear/bf16/" + n + (backward ? "/bwd" : "/fwd"), BM_LinearBf16, s, backward);
     for (bool gradient : {false, true})
-      benchmark::RegisterBenchmark(
-          ("bf16_operands/" + n + (gradient ? "/gradient" : "/input")).c_str(), BM_Bf16Operands, s,
-          gradient)
-          ->Unit(benchmark::kMicrosecond)
-          ->UseRealTime();
+      add("bf16_operands/" + n + (gradient ? "/gradient" : "/input"), BM_Bf16Operands, s, gradient);
   }
-  for (cpu::GemmBackend b :
-       {cpu::GemmBackend::kOpenBLAS, cpu::GemmBackend::kOneDNN, cpu::GemmBackend::kOneDnnMatmul,
-        cpu::GemmBackend::kForge})
+  for (cpu::GemmBackend b : {cpu::GemmBackend::kOpenBLAS, cpu::GemmBackend::kOneDNN,
+                             cpu::GemmBackend::kOneDnnMatmul, cpu::GemmBackend::kForge})
     if (cpu::gemm_backend_available(b))
-      benchmark::RegisterBenchmark(
-          (std::string("mlp_fwd_sequence/") + cpu::gemm_backend_name(b) + "/small").c_str(),
-          BM_MlpForwardSequence, b)
-          ->Unit(benchmark::kMicrosecond)
-          ->UseRealTime();
+      add((std::string("mlp_fwd_sequence/") + cpu::gemm_backend_name(b) + "/small"),
+          BM_MlpForwardSequence, b);
   for (const AttentionShape& a : kAttention) {
     const std::string n = a.name;
-    benchmark::RegisterBenchmark(("attention/fused/fwd/" + n).c_str(), BM_AttentionFused, a, false)
-        ->Unit(benchmark::kMicrosecond)
-        ->UseRealTime();
-    benchmark::RegisterBenchmark(("attention/unfused/fwd/" + n).c_str(), BM_AttentionUnfused, a)
-        ->Unit(benchmark::kMicrosecond)
-        ->UseRealTime();
-    benchmark::RegisterBenchmark(("attention/fused/bwd/" + n).c_str(), BM_AttentionFused, a, true)
-        ->Unit(benchmark::kMicrosecond)
-        ->UseRealTime();
+    add("attention/fused/fwd/" + n, BM_AttentionFused, a, false);
+    add("attention/unfused/fwd/" + n, BM_AttentionUnfused, a);
+    add("attention/fused/bwd/" + n, BM_AttentionFused, a, true);
     for (bool backward : {false, true})
-      benchmark::RegisterBenchmark(
-          (std::string("attention/bf16/") + (backward ? "bwd/" : "fwd/") + n).c_str(),
-          BM_AttentionBf16, a, backward)
-          ->Unit(benchmark::kMicrosecond)
-          ->UseRealTime();
+      add(std::string("attention/bf16/") + (backward ? "bwd/" : "fwd/") + n, BM_AttentionBf16, a,
+          backward);
   }
   for (auto [name, N, C] : {std::tuple{"small", 2048, 384}, std::tuple{"124m", 1024, 768}}) {
     const std::string n = name;
-    benchmark::RegisterBenchmark(("layernorm/fused/fwd/" + n).c_str(), BM_LayerNormFused, N, C,
-                                 false)
-        ->Unit(benchmark::kMicrosecond)
-        ->UseRealTime();
-    benchmark::RegisterBenchmark(("layernorm/unfused/fwd/" + n).c_str(), BM_LayerNormUnfused, N, C)
-        ->Unit(benchmark::kMicrosecond)
-        ->UseRealTime();
-    benchmark::RegisterBenchmark(("layernorm/fused/bwd/" + n).c_str(), BM_LayerNormFused, N, C,
-                                 true)
-        ->Unit(benchmark::kMicrosecond)
-        ->UseRealTime();
+    add("layernorm/fused/fwd/" + n, BM_LayerNormFused, N, C, false);
+    add("layernorm/unfused/fwd/" + n, BM_LayerNormUnfused, N, C);
+    add("layernorm/fused/bwd/" + n, BM_LayerNormFused, N, C, true);
   }
   for (auto [name, N, V, Vp] :
        {std::tuple{"small", 2048, 256, 256}, std::tuple{"124m", 1024, 50257, 50304}}) {
     const std::string n = name;
-    benchmark::RegisterBenchmark(("classifier/fused/" + n).c_str(), BM_ClassifierFused, N, V, Vp)
-        ->Unit(benchmark::kMicrosecond)
-        ->UseRealTime();
-    benchmark::RegisterBenchmark(("classifier/unfused/" + n).c_str(), BM_ClassifierUnfused, N, V,
-                                 Vp)
-        ->Unit(benchmark::kMicrosecond)
-        ->UseRealTime();
+    add("classifier/fused/" + n, BM_ClassifierFused, N, V, Vp);
+    add("classifier/unfused/" + n, BM_ClassifierUnfused, N, V, Vp);
   }
 }
 
