@@ -43,3 +43,31 @@ verify_with_bug attn-scale 1 '^gate alignment profile fast: NONE$' \
 verify_with_bug adamw-no-bias-correction 1 '^gate alignment profile fast: NONE$' \
   '^- first failing tensor: step 1 `param\.transformer\.'
 verify_with_bug "" 0 '^gate alignment profile fast: (TOLERANCE|BITWISE)$'
+
+# --calibrate holds a second PyTorch (Debian's 1.13 under fast) against the reference under the
+# same gate. With a bug in the engine the failure is the engine's own: PyTorch passes against
+# itself and shares none of the engine's failing tensors, and the verdict stays the engine's.
+set +e
+FORGE_TEST_BUG=attn-scale "$BUGS" verify --gate alignment --profile fast --config tiny.json \
+  --source-dir "$SRC" --out v-calibrate --calibrate >out-calibrate.txt 2>err-calibrate.txt
+rc=$?
+set -e
+last=$(tail -n 1 out-calibrate.txt)
+if [ $rc -ne 1 ] || [ "$last" != "gate alignment profile fast: NONE" ]; then
+  cat out-calibrate.txt err-calibrate.txt >&2
+  fail "--calibrate with a bug: exit status $rc and last line '$last', expected 1 and NONE"
+fi
+grep -qE '^A second PyTorch, PyTorch 1\.13[^ ]* in fp32 .*\*\*(TOLERANCE|BITWISE)\*\*, 0 tensor' \
+  out-calibrate.txt || { cat out-calibrate.txt >&2; fail "--calibrate: PyTorch 1.13 did not pass against 2.13"; }
+grep -qE "^Of the engine's [1-9][0-9]* failing tensor\(s\), 0 fail\(s\) in the calibration too" \
+  out-calibrate.txt || { cat out-calibrate.txt >&2; fail "--calibrate: the shared failures are not counted"; }
+"$PY" - v-calibrate/report.json <<'PYEOF'
+import json, sys
+c = json.load(open(sys.argv[1]))["calibration"]
+assert c["verdict"] in ("TOLERANCE", "BITWISE") and c["shared"] == 0 and c["engine_failing"] > 0, c
+PYEOF
+echo "ok: --calibrate: the bug's failure is the engine's own (PyTorch 1.13 vs 2.13 passes)"
+expect_error "--calibrate under torch-cpu" "--calibrate: expected the alignment or multistep gate of fast or bf16" \
+  "$FORGE" verify --gate alignment --profile torch-cpu --config tiny.json --source-dir "$SRC" --calibrate
+expect_error "--calibrate on the perf gate" "--calibrate: expected" \
+  "$FORGE" verify --gate perf --profile fast --config tiny.json --source-dir "$SRC" --calibrate

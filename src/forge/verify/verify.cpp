@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <thread>
@@ -115,9 +116,10 @@ struct Runner {
   std::string self;                        // this binary's path: the engine
   Phases phases;
 
-  // Runs one side; a failure shows the end of its log and names the log.
+  // Runs one side; a failure shows the end of its log and names the log. Exit statuses up to
+  // `ok_up_to` count as success (the comparer exits 1 for a gate below its rung).
   void run(const std::string& phase, const std::string& log_name, std::vector<std::string> argv,
-           const std::map<std::string, std::string>& extra_env = {}) {
+           const std::map<std::string, std::string>& extra_env = {}, int ok_up_to = 0) {
     Command c;
     c.argv = std::move(argv);
     if (c.argv[0] == self) c.exec_path = kSelfExe;
@@ -130,7 +132,7 @@ struct Runner {
     commands += "# " + phase + "\n" + prefix + shell_join(c.argv) + "\n";
     phases.begin(phase);
     const int rc = run_command(c);
-    if (rc != 0) {
+    if (rc < 0 || rc > ok_up_to) {
       fmt::print(stderr, "{}", tail_lines(c.stdout_path, 15));
       fail("{} failed (exit status {}): {} (full output in {})", phase, rc,
            last_nonempty_line(c.stdout_path), c.stdout_path);
@@ -158,7 +160,11 @@ std::string probe_python(const std::string& python, const std::string& modules,
   if (rc != 0)
     fail("{} {} cannot import {} ({}): the gate cannot run", role, python, modules,
          last_nonempty_line(c.stderr_path));
-  return read_file_or_empty(c.stdout_path);
+  const std::string said = read_file_or_empty(c.stdout_path);
+  if (said.empty())  // not a Python at all (it ignored -c and exited 0)
+    fail("{} {} printed nothing when asked to import {}: the gate cannot run", role, python,
+         modules);
+  return said;
 }
 
 // The split run's two dumps (steps 1..k and k+1..N) seen as one dump, for the comparer.
@@ -206,6 +212,75 @@ std::string find_on_path(const std::string& program) {
   fail("{} is not on PATH (Debian: apt-get install openmpi-bin); the dp gate cannot run", program);
 }
 
+// The tensors of a comparer report below `required`, as "name (step s)" -> rel_l2.
+std::map<std::string, double> failing_tensors(const std::string& report_json,
+                                              const std::string& required) {
+  static const std::map<std::string, int> rank = {
+      {"NONE", 0}, {"CONVERGENT", 1}, {"TOLERANCE", 2}, {"BITWISE", 3}};
+  std::map<std::string, double> failing;
+  try {
+    const nlohmann::json rep = nlohmann::json::parse(read_text_file(report_json));
+    for (const auto& t : rep.at("tensors")) {
+      const auto r = rank.find(t.at("rung").get<std::string>());
+      if (r != rank.end() && r->second >= rank.at(required)) continue;
+      const double rel = t.at("rel_l2").is_number() ? t.at("rel_l2").get<double>() : -1.0;
+      failing[fmt::format("{} (step {})", t.at("name").get<std::string>(),
+                          t.at("step").get<int>())] = rel;
+    }
+  } catch (const nlohmann::json::exception& e) {
+    fail("{}: malformed comparer report: {}", report_json, e.what());
+  }
+  return failing;
+}
+
+// The report's calibration section: the second PyTorch against the reference, and which of
+// the engine's failures PyTorch shares.
+std::string calibration_section(const std::string& engine_json, const std::string& cal_json,
+                                const std::string& desc, const std::string& cal_md,
+                                nlohmann::json& summary) {
+  std::string verdict, required;
+  try {
+    const nlohmann::json rep = nlohmann::json::parse(read_text_file(cal_json));
+    verdict = rep.at("verdict").get<std::string>();
+    required = rep.at("required").get<std::string>();
+  } catch (const nlohmann::json::exception& e) {
+    fail("{}: malformed comparer report: {}", cal_json, e.what());
+  }
+  const auto engine = failing_tensors(engine_json, required);
+  const auto cal = failing_tensors(cal_json, required);
+  const auto rel = [](double v) { return v < 0 ? std::string("-") : fmt::format("{:.3e}", v); };
+  summary = {{"second_pytorch", desc},
+             {"verdict", verdict},
+             {"report", cal_json},
+             {"failing", cal.size()},
+             {"engine_failing", engine.size()},
+             {"shared", 0}};
+  std::string md = "\n## Calibration: PyTorch against itself\n\n";
+  md += fmt::format(
+      "A second PyTorch, {}, trained from the same initial state and was compared "
+      "with the reference under the same gate and bounds: **{}**, {} tensor(s) "
+      "below {} (`{}`). The gate's verdict is the engine's alone; this tells a "
+      "failure PyTorch shares with itself from one it does not.\n\n",
+      desc, verdict, cal.size(), required, cal_md);
+  if (engine.empty()) {
+    md += "The engine has no failing tensor.\n";
+    return md;
+  }
+  size_t shared = 0;
+  std::string rows;
+  for (const auto& [name, e] : engine) {
+    const auto c = cal.find(name);
+    shared += c != cal.end();
+    rows += fmt::format("| `{}` | {} | {} |\n", name, rel(e),
+                        c != cal.end() ? rel(c->second) : std::string("passes"));
+  }
+  summary["shared"] = shared;
+  md += fmt::format("Of the engine's {} failing tensor(s), {} fail(s) in the calibration too:\n\n",
+                    engine.size(), shared);
+  md += "| tensor | engine rel_l2 | second PyTorch rel_l2 |\n| --- | ---: | ---: |\n" + rows;
+  return md;
+}
+
 int run_verify(const VerifyOptions& o) {
   const auto t_start = Clock::now();
   const std::string& gate = o.gate;
@@ -219,6 +294,13 @@ int run_verify(const VerifyOptions& o) {
   if (profile != "fast" && profile != "torch-cpu" && profile != "bf16")
     fail("--profile: expected fast | torch-cpu | bf16, got '{}'", profile);
   const std::string required = required_rung(gate, profile);
+  if (o.calibrate && ((gate != "alignment" && gate != "multistep") || profile == "torch-cpu"))
+    fail("--calibrate: expected the alignment or multistep gate of fast or bf16, got {} of {}{}",
+         gate, profile,
+         profile == "torch-cpu" ? " (torch-cpu is held to BITWISE against PyTorch 1.13 itself)"
+                                : "");
+  if (!o.calibration_python.empty() && !(o.calibrate && profile == "fast"))
+    fail("--calibration-python: only with --calibrate under the fast profile");
 
   // The config is validated by the engine's own reader before anything runs.
   const Config cfg = load_config(o.config);
@@ -248,12 +330,35 @@ int run_verify(const VerifyOptions& o) {
   r.logs = r.out / "logs";
   ensure_writable_dir(r.out.string());
   // Only what this command writes is cleared: --out may name a folder holding other things.
-  for (const char* p : {"logs", "engine", "engine-dump", "ref-dump", "straight", "straight-dump",
-                        "split", "split-dump-1", "split-dump-2", "split-dump", "init.safetensors",
-                        "reference.jsonl", "reference-val.json", "report.md", "report.json",
-                        "loss.png", "config.json", "commands.sh", "config-dp.json",
-                        "single", "single-dump", "dp", "dp-dump", "dp-vs-single.md",
-                        "dp-vs-single.json"})
+  for (const char* p : {"logs",
+                        "engine",
+                        "engine-dump",
+                        "ref-dump",
+                        "straight",
+                        "straight-dump",
+                        "split",
+                        "split-dump-1",
+                        "split-dump-2",
+                        "split-dump",
+                        "init.safetensors",
+                        "reference.jsonl",
+                        "reference-val.json",
+                        "report.md",
+                        "report.json",
+                        "loss.png",
+                        "config.json",
+                        "commands.sh",
+                        "config-dp.json",
+                        "single",
+                        "single-dump",
+                        "dp",
+                        "dp-dump",
+                        "dp-vs-single.md",
+                        "dp-vs-single.json",
+                        "calibration-dump",
+                        "calibration.jsonl",
+                        "calibration.md",
+                        "calibration.json"})
     fs::remove_all(r.out / p);
   ensure_writable_dir(r.logs.string());
 
@@ -287,6 +392,20 @@ int run_verify(const VerifyOptions& o) {
   if (vs_reference)
     torch_version = probe_python(ref_python, "torch", "reference interpreter", r.logs);
   probe_python(cmp_python, "numpy, matplotlib", "comparer interpreter", r.logs);
+  // --calibrate's second PyTorch, probed before anything runs.
+  std::string calibration_python, calibration_desc;
+  if (o.calibrate && profile == "bf16") {
+    calibration_python = ref_python;
+    calibration_desc =
+        fmt::format("PyTorch {} under CPU bf16 autocast (`{}`)", torch_version, ref_python);
+  } else if (o.calibrate) {
+    calibration_python =
+        o.calibration_python.empty() ? std::string("/usr/bin/python3") : o.calibration_python;
+    calibration_desc =
+        fmt::format("PyTorch {} in fp32 (`{}`)",
+                    probe_python(calibration_python, "torch", "calibration interpreter", r.logs),
+                    calibration_python);
+  }
 
   const std::string self = self_executable();
   std::string pythonpath = (src / "reference").string();
@@ -322,6 +441,32 @@ int run_verify(const VerifyOptions& o) {
     engine_side = out("engine-dump");
     ref_side = out("ref-dump");
     if (gate == "multistep") compare_extra = {"--plot", out("loss.png")};
+    if (o.calibrate) {
+      // A second PyTorch from the same initial state: another version's fp32 kernels for
+      // fast, PyTorch's own CPU bf16 autocast for bf16.
+      std::vector<std::string> cal = {"-m",
+                                      "forge_ref.train",
+                                      "--config",
+                                      config,
+                                      "--init",
+                                      init,
+                                      "--steps",
+                                      S,
+                                      "--dump",
+                                      out("calibration-dump"),
+                                      "--dump-level",
+                                      "2",
+                                      "--dump-act-steps",
+                                      act_steps,
+                                      "--threads",
+                                      nthreads,
+                                      "--log-out",
+                                      out("calibration.jsonl")};
+      if (profile == "bf16") cal.insert(cal.end(), {"--autocast", "bf16"});
+      cal.insert(cal.begin(), calibration_python);
+      r.run(fmt::format("second PyTorch trains {} step(s) with dumps (calibration)", steps),
+            "calibration.log", cal, py_env);
+    }
   } else if (gate == "resume") {
     const int half = steps / 2;
     dump_desc = fmt::format("level 1 at every step; split at step {}", half);
@@ -437,6 +582,31 @@ int run_verify(const VerifyOptions& o) {
     fail("the comparer failed (exit status {}): {}", rc, last_nonempty_line(c.stderr_path));
   }
   r.phases.end();
+  std::string calibration_md;
+  nlohmann::json calibration_summary;
+  if (o.calibrate) {
+    std::vector<std::string> cal_cmp = {cmp_python,
+                                        "-m",
+                                        "forge_ref.compare",
+                                        out("calibration-dump"),
+                                        out("ref-dump"),
+                                        "--gate",
+                                        gate,
+                                        "--profile",
+                                        profile,
+                                        "--required",
+                                        required,
+                                        "--md",
+                                        out("calibration.md"),
+                                        "--json",
+                                        out("calibration.json"),
+                                        "--exempt-k-bias"};
+    r.run("comparing the second PyTorch with the reference (calibration)",
+          "calibration-compare.log", cal_cmp, py_env, /*ok_up_to=*/1);
+    calibration_md =
+        calibration_section(out("report.json"), out("calibration.json"), calibration_desc,
+                            out("calibration.md"), calibration_summary);
+  }
   write_text_atomic(out("commands.sh"), "#!/bin/sh\n# what forge verify ran, in order\n" + r.commands);
 
   // The comparer's last line is the verdict; everything before it is the worst tensor.
@@ -463,6 +633,7 @@ int run_verify(const VerifyOptions& o) {
   run_md += fmt::format("- run time: {}; total {}\n", times, fmt_seconds(total));
   run_md += fmt::format("- commands: `{}`\n", out("commands.sh"));
   std::string md = read_file_or_empty(out("report.md"));
+  md += calibration_md;
   md += run_md;
   write_text_atomic(out("report.md"), md);
 
@@ -474,6 +645,7 @@ int run_verify(const VerifyOptions& o) {
                   {"threads", threads}, {"aten_cpu_capability", aten}, {"engine", self},
                   {"reference_python", vs_reference ? ref_python : ""},
                   {"torch", torch_version}, {"phases", phases}, {"total_seconds", total}};
+    if (o.calibrate) rep["calibration"] = calibration_summary;
     write_text_atomic(out("report.json"), rep.dump(1) + "\n");
   } catch (const nlohmann::json::exception& e) {
     fail("{}: malformed comparer report: {}", out("report.json"), e.what());

@@ -16,6 +16,12 @@ struct VerifyOptions {
   int threads = -1;        // overrides train.threads on both sides
   std::string python;      // reference interpreter (default by profile)
   std::string source_dir;  // the checkout holding reference/ (default: found from the binary)
+  // alignment and multistep of fast and bf16: also hold a second PyTorch run against the
+  // reference under the same gate (torch 1.13 for fast, torch's bf16 autocast for bf16), so
+  // that a failure PyTorch shares with itself is told from one it does not. The verdict and
+  // the exit status stay the engine's.
+  bool calibrate = false;
+  std::string calibration_python;  // the second PyTorch for fast (default /usr/bin/python3)
 };
 
 // Runs the gate; prints the report and the final `gate G profile P: RUNG` line on stdout,
