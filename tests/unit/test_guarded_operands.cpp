@@ -5,6 +5,7 @@
 // the generic tile products (see kernels/cpu/for_each_isa.inc); the kernels run under every
 // instruction set this CPU has. A fault ends the test binary, which ctest reports as failed.
 #include <gtest/gtest.h>
+#include <omp.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
@@ -16,6 +17,8 @@
 #include <vector>
 
 #include "forge/kernels/attention.h"
+#include "forge/kernels/attention_bf16.h"
+#include "forge/kernels/bf16_gemm.h"
 #include "forge/kernels/cross_entropy.h"
 #include "forge/kernels/gelu.h"
 #include "forge/kernels/gqa_attention.h"
@@ -110,6 +113,44 @@ TEST(GuardedOperands, NormGeluAndLossReadNothingPastTheirOperands) {
                                 1.0f);
     EXPECT_TRUE(std::isfinite(loss));
   });
+}
+
+TEST(GuardedOperands, Bf16KernelsReadNothingPastTheirOperands) {
+  // The bf16 profile's own kernels: attention (GPT-2 and grouped-query) and the pass that
+  // makes the bf16 operands of a linear layer's output gradient.
+  const int N = 77, OC = 54;
+  Guarded dout(N * OC, random_floats(N * OC, 11)), g((N * OC + 1) / 2), gt((N * OC + 1) / 2),
+      dbias(OC);
+  cpu::bf16_gradient_operands(reinterpret_cast<uint16_t*>(g.data()),
+                              reinterpret_cast<uint16_t*>(gt.data()), dbias.data(), dout.data(), N,
+                              OC);
+  EXPECT_TRUE(std::isfinite(dbias.data()[OC - 1]));
+  if (!cpu::attention_bf16_available())
+    GTEST_SKIP() << "no avx512_bf16: the bf16 attention kernels do not run here";
+  const int threads = omp_get_max_threads();
+  const int B = 2, T = 70, C = 48, NH = 3;
+  const size_t rows = static_cast<size_t>(B) * T;
+  Guarded qkv(rows * 3 * C, random_floats(rows * 3 * C, 12)),
+      go(rows * C, random_floats(rows * C, 13)), out(rows * C), dqkv(rows * 3 * C),
+      saved(cpu::attention_bf16_saved_floats(B, T, NH)),
+      ws(cpu::attention_bf16_workspace_floats(T, C / NH, threads));
+  cpu::attention_forward_bf16(out.data(), saved.data(), qkv.data(), B, T, C, NH, ws.data(),
+                              threads);
+  cpu::attention_backward_bf16(dqkv.data(), go.data(), qkv.data(), out.data(), saved.data(), B, T,
+                               C, NH, ws.data(), threads);
+  EXPECT_TRUE(std::isfinite(dqkv.data()[dqkv.size() - 1]));
+  const forge::kernels::GqaShape s{1, 45, 4, 2, 16};
+  const size_t dq = static_cast<size_t>(s.B) * s.T * s.NH * s.hd,
+               dkv = static_cast<size_t>(s.B) * s.T * s.KVH * s.hd;
+  Guarded q(dq, random_floats(dq, 14)), k(dkv, random_floats(dkv, 15)),
+      v(dkv, random_floats(dkv, 16)), gout(dq, random_floats(dq, 17)), o(dq),
+      lse(cpu::attention_bf16_saved_floats(s.B, s.T, s.NH)), gq(dq), gk(dkv), gv(dkv),
+      gws(cpu::attention_bf16_workspace_floats(s.T, s.hd, threads));
+  cpu::gqa_attention_forward_bf16(o.data(), lse.data(), q.data(), k.data(), v.data(), s, gws.data(),
+                                  threads);
+  cpu::gqa_attention_backward_bf16(gq.data(), gk.data(), gv.data(), gout.data(), q.data(), k.data(),
+                                   v.data(), o.data(), lse.data(), s, gws.data(), threads);
+  EXPECT_TRUE(std::isfinite(gv.data()[gv.size() - 1]));
 }
 
 }  // namespace
