@@ -363,8 +363,8 @@ template <int NV>
 // each row kept a residue (bf16(dO_i) - dO_i) . out_i, which dQ_i = scale sum_j dS_ij K_j
 // carried along the row's mean key. Over training steps that residue accumulated in Wq and
 // Wk: on a Llama config of awkward sizes, 8 steps took layer 1's query gradient 0.068-0.19
-// (rel_l2) from fp32, 2.4-2.6x PyTorch autocast's drift; with D from bf16(dO), 0.020-0.049,
-// below autocast's (two seeds).
+// (rel_l2) from fp32, 2.2-2.6x PyTorch autocast's drift; with D from bf16(dO), 0.020-0.049,
+// below autocast's (three seeds).
 inline float dot_rounded_first(const float* a, const float* b, int n) {
   __m512 acc = _mm512_setzero_ps();
   int d = 0;
