@@ -2,9 +2,9 @@
 // against float64 attention: within bf16 error, and visibly not fp32 (so that a kernel which
 // never rounds cannot pass).
 #include <gtest/gtest.h>
-
 #include <omp.h>
 
+#include <cmath>
 #include <utility>
 #include <vector>
 
@@ -35,17 +35,16 @@ void check_bf16_attention(int B, int T, int C, int NH, float spread) {
   Floats out(size_t(B) * T * C), saved(cpu::attention_bf16_saved_floats(B, T, NH)),
       dqkv(size_t(B) * T * 3 * C, 9.0f),
       workspace(cpu::attention_bf16_workspace_floats(T, C / NH, threads));
-  cpu::attention_forward_bf16(out.data(), saved.data(), qkv.data(), B, T, C, NH,
-                              workspace.data(), threads);
-  cpu::attention_backward_bf16(dqkv.data(), dout.data(), qkv.data(), out.data(), saved.data(),
-                               B, T, C, NH, workspace.data(), threads);
+  cpu::attention_forward_bf16(out.data(), saved.data(), qkv.data(), B, T, C, NH, workspace.data(),
+                              threads);
+  cpu::attention_backward_bf16(dqkv.data(), dout.data(), qkv.data(), out.data(), saved.data(), B, T,
+                               C, NH, workspace.data(), threads);
 
   const Doubles qkv64(qkv.begin(), qkv.end()), dout64(dout.begin(), dout.end());
   Doubles out64(size_t(B) * T * C), probs(scalar::attention_saved_floats(B, T, NH)),
       dqkv64(size_t(B) * T * 3 * C);
   scalar::attention_forward(out64.data(), probs.data(), qkv64.data(), B, T, C, NH);
-  scalar::attention_backward(dqkv64.data(), dout64.data(), qkv64.data(), probs.data(), B, T, C,
-                             NH);
+  scalar::attention_backward(dqkv64.data(), dout64.data(), qkv64.data(), probs.data(), B, T, C, NH);
   const double out_err = rel_l2(out, out64), dqkv_err = rel_l2(dqkv, dqkv64);
   EXPECT_LT(out_err, kBf16Tol);
   EXPECT_LT(dqkv_err, kBf16Tol);
@@ -156,17 +155,16 @@ void check_bf16_gqa(forge::kernels::GqaShape s) {
       workspace(cpu::attention_bf16_workspace_floats(s.T, s.hd, threads));
   cpu::gqa_attention_forward_bf16(out.data(), saved.data(), q.data(), k.data(), v.data(), s,
                                   workspace.data(), threads);
-  cpu::gqa_attention_backward_bf16(gq.data(), gk.data(), gv.data(), dout.data(), q.data(),
-                                   k.data(), v.data(), out.data(), saved.data(), s,
-                                   workspace.data(), threads);
+  cpu::gqa_attention_backward_bf16(gq.data(), gk.data(), gv.data(), dout.data(), q.data(), k.data(),
+                                   v.data(), out.data(), saved.data(), s, workspace.data(),
+                                   threads);
   const Doubles q64(q.begin(), q.end()), k64(k.begin(), k.end()), v64(v.begin(), v.end()),
       dout64(dout.begin(), dout.end());
   Doubles out64(rows * dq), probs(scalar::gqa_attention_saved_floats(s)), gq64(rows * dq),
       gk64(rows * dkv), gv64(rows * dkv);
-  scalar::gqa_attention_forward(out64.data(), probs.data(), q64.data(), k64.data(), v64.data(),
-                                s);
-  scalar::gqa_attention_backward(gq64.data(), gk64.data(), gv64.data(), dout64.data(),
-                                 q64.data(), k64.data(), v64.data(), probs.data(), s);
+  scalar::gqa_attention_forward(out64.data(), probs.data(), q64.data(), k64.data(), v64.data(), s);
+  scalar::gqa_attention_backward(gq64.data(), gk64.data(), gv64.data(), dout64.data(), q64.data(),
+                                 k64.data(), v64.data(), probs.data(), s);
   for (auto [got, want] : {std::pair{&out, &out64}, std::pair{&gq, &gq64}, std::pair{&gk, &gk64},
                            std::pair{&gv, &gv64}}) {
     const double err = rel_l2(*got, *want);
@@ -181,6 +179,39 @@ TEST(AttentionBf16, GroupedQueryMatchesFloat64WithinBf16Error) {
   check_bf16_gqa({1, 130, 6, 2, 16});
   check_bf16_gqa({2, 64, 3, 3, 64});
   check_bf16_gqa({1, 97, 8, 1, 24});
+}
+
+// Softmax's gradient sums to zero over a row. When every key is one vector k and every value
+// one vector v, each row's scores are equal, out_i = v, dP_ij = dO_i . v = D_i, so dS = 0
+// and the query gradient vanishes. In bf16 that holds only if backward's D_i = dO_i . out_i
+// sees dO rounded as dP = dO V^T does: with D from the unrounded dO, every dS_ij of row i
+// kept the residue P_ij (bf16(dO_i) - dO_i) . v, of one sign along the row, and dq came
+// out at 8.5e-3 of its usual size here (and drifted the query weights step after step).
+// Measured against dq of the same run with random keys and values.
+TEST(AttentionBf16, QueryGradientVanishesWhenKeysAndValuesAreAllTheSame) {
+  if (!cpu::attention_bf16_available()) GTEST_SKIP() << "no avx512_bf16 on this CPU";
+  const int B = 2, T = 70, C = 2 * 32, NH = 2, threads = omp_get_max_threads();
+  const Floats dout = random_floats(size_t(B) * T * C, 64);
+  auto query_gradient_rms = [&](const Floats& qkv) {
+    Floats out(size_t(B) * T * C), saved(cpu::attention_bf16_saved_floats(B, T, NH)),
+        dqkv(size_t(B) * T * 3 * C),
+        workspace(cpu::attention_bf16_workspace_floats(T, C / NH, threads));
+    cpu::attention_forward_bf16(out.data(), saved.data(), qkv.data(), B, T, C, NH, workspace.data(),
+                                threads);
+    cpu::attention_backward_bf16(dqkv.data(), dout.data(), qkv.data(), out.data(), saved.data(), B,
+                                 T, C, NH, workspace.data(), threads);
+    double sum = 0.0;
+    for (size_t row = 0; row < size_t(B) * T; ++row)
+      for (int c = 0; c < C; ++c) sum += double(dqkv[row * 3 * C + c]) * dqkv[row * 3 * C + c];
+    return std::sqrt(sum / (double(B) * T * C));
+  };
+  Floats qkv = random_floats(size_t(B) * T * 3 * C, 63);
+  const double usual = query_gradient_rms(qkv);
+  for (size_t row = 1; row < size_t(B) * T; ++row)  // every key and value is row 0's
+    for (int c = C; c < 3 * C; ++c) qkv[row * 3 * C + c] = qkv[c];
+  const double same = query_gradient_rms(qkv);
+  EXPECT_GT(usual, 1e-3);
+  EXPECT_LT(same, 1e-5 * usual);
 }
 
 TEST(AttentionBf16, RefusesATeamLargerThanPlanned) {
