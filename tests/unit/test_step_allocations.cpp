@@ -88,12 +88,7 @@ Counts allocations_in_a_step(const std::string& family, const std::string& profi
   const int B = 2, T = 24;  // T below block_size: the unused positions' path runs too
   const ModelConfig cfg = tiny_config(family);
   std::unique_ptr<Numerics> nx = make_numerics(profile);
-  TimedNumerics* timer = nullptr;
-  if (timed) {
-    auto t = std::make_unique<TimedNumerics>(std::move(nx));
-    timer = t.get();
-    nx = std::move(t);
-  }
+  TimedNumerics* timer = timed ? TimedNumerics::wrap(nx) : nullptr;
   std::unique_ptr<Model> model = make_model(cfg, B, T, *nx);
   model->init_weights(5);
   const ParamLayout& layout = model->layout();

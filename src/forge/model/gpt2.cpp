@@ -130,10 +130,6 @@ void Gpt2::init_weights(uint64_t seed) {
   }
 }
 
-void Gpt2::record(const std::string& name, const float* data, std::vector<int64_t> shape) {
-  if (recorder_) recorder_->record(name, data, shape);
-}
-
 float Gpt2::forward(const int32_t* tokens, const int32_t* targets, int B, int T) {
   FORGE_CHECK(B <= maxB_ && T <= maxT_, "micro-batch {}x{} exceeds the planned {}x{}", B, T,
               maxB_, maxT_);
@@ -150,13 +146,12 @@ float Gpt2::forward(const int32_t* tokens, const int32_t* targets, int B, int T)
 
   // x = wte[tokens] + wpe[positions]
   nx_.embedding_forward(embed_, tokens, P + wte_, P + wpe_, B, T, C);
-  if (recorder_) record("act.embed", embed_, {B, T, C});
+  record("act.embed", embed_, {B, T, C});
   const float* x = embed_;
   for (int l = 0; l < L; ++l) {
     const LayerParams w = layer_params(P, l);
     LayerActs& a = layers_[l];
-    // Dump names are only built when a recorder listens: the step allocates nothing.
-    const std::string h = recorder_ ? "act.h." + std::to_string(l) + "." : std::string();
+    const LayerDumpName h{"act", l};
     // x = x + c_proj(attention(c_attn(ln_1(x))))
     nx_.layernorm_forward(a.ln1, a.ln1_mean, a.ln1_rstd, x, w.ln1_w, w.ln1_b, N, C, eps);
     nx_.linear_forward(a.qkv, a.qkv_saved, a.ln1, w.qkv_w, w.qkv_b, N, C, 3 * C);
@@ -173,25 +168,23 @@ float Gpt2::forward(const int32_t* tokens, const int32_t* targets, int B, int T)
     nx_.linear_forward(a.mlp_proj, a.mlp_proj_saved, a.gelu, w.mlp_proj_w, w.mlp_proj_b, N,
                        4 * C, C);
     nx_.add(a.res2, a.res1, a.mlp_proj, static_cast<size_t>(N) * C);
-    if (recorder_) {
-      record(h + "ln_1", a.ln1, {B, T, C});
-      record(h + "attn.c_attn", a.qkv, {B, T, 3 * C});
-      record(h + "attn.sdpa", a.sdpa, {B, T, C});
-      record(h + "attn.c_proj", a.attn_proj, {B, T, C});
-      record(h + "res_1", a.res1, {B, T, C});
-      record(h + "ln_2", a.ln2, {B, T, C});
-      record(h + "mlp.c_fc", a.fc, {B, T, 4 * C});
-      record(h + "mlp.gelu", a.gelu, {B, T, 4 * C});
-      record(h + "mlp.c_proj", a.mlp_proj, {B, T, C});
-      record(h + "res_2", a.res2, {B, T, C});
-    }
+    record(h, "ln_1", a.ln1, {B, T, C});
+    record(h, "attn.c_attn", a.qkv, {B, T, 3 * C});
+    record(h, "attn.sdpa", a.sdpa, {B, T, C});
+    record(h, "attn.c_proj", a.attn_proj, {B, T, C});
+    record(h, "res_1", a.res1, {B, T, C});
+    record(h, "ln_2", a.ln2, {B, T, C});
+    record(h, "mlp.c_fc", a.fc, {B, T, 4 * C});
+    record(h, "mlp.gelu", a.gelu, {B, T, 4 * C});
+    record(h, "mlp.c_proj", a.mlp_proj, {B, T, C});
+    record(h, "res_2", a.res2, {B, T, C});
     x = a.res2;
   }
   // logits = ln_f(x) wte^T   (the LM head is tied to the token embedding)
   nx_.layernorm_forward(lnf_, lnf_mean_, lnf_rstd_, x, P + lnf_w_, P + lnf_b_, N, C, eps);
   nx_.linear_forward(logits_, head_saved_, lnf_, P + wte_, nullptr, N, C, Vp);
-  if (recorder_) record("act.ln_f", lnf_, {B, T, C});
-  if (recorder_) record("act.logits", logits_, {B, T, Vp});
+  record("act.ln_f", lnf_, {B, T, C});
+  record("act.logits", logits_, {B, T, Vp});
   if (!targets) return 0.0f;
   // loss = mean over positions of -log softmax(logits)[target]
   return nx_.cross_entropy_forward(xent_saved_, logits_, targets, N, V, Vp);
@@ -206,11 +199,11 @@ void Gpt2::backward(float dloss, float* grads) {
   float* P = params_.data();
 
   nx_.cross_entropy_backward(d_logits_, logits_, xent_saved_, targets_.data(), N, V, Vp, dloss);
-  if (recorder_) record("actgrad.logits", d_logits_, {B, T, Vp});
+  record("actgrad.logits", d_logits_, {B, T, Vp});
   // The LM head writes d(wte) first; the embedding adds its part at the very end.
   nx_.linear_backward(d_ln_, grads + wte_, nullptr, d_logits_, lnf_, P + wte_, head_saved_, N,
                       C, Vp);
-  if (recorder_) record("actgrad.ln_f", d_ln_, {B, T, C});
+  record("actgrad.ln_f", d_ln_, {B, T, C});
   const float* x_last = L > 0 ? layers_[L - 1].res2 : embed_;
   // d_res: the gradient flowing down the residual stream.
   nx_.layernorm_backward(d_res_, grads + lnf_w_, grads + lnf_b_, d_ln_, x_last, P + lnf_w_,
@@ -220,38 +213,38 @@ void Gpt2::backward(float dloss, float* grads) {
     const LayerParams g = layer_params(grads, l);
     const LayerActs& a = layers_[l];
     const float* x_in = l > 0 ? layers_[l - 1].res2 : embed_;
-    const std::string h = recorder_ ? "actgrad.h." + std::to_string(l) + "." : std::string();
-    if (recorder_) record(h + "res_2", d_res_, {B, T, C});
-    if (recorder_) record(h + "mlp.c_proj", d_res_, {B, T, C});
+    const LayerDumpName h{"actgrad", l};
+    record(h, "res_2", d_res_, {B, T, C});
+    record(h, "mlp.c_proj", d_res_, {B, T, C});
     // MLP branch: res2 = res1 + c_proj(gelu(c_fc(ln_2(res1))))
     nx_.linear_backward(d_gelu_, g.mlp_proj_w, g.mlp_proj_b, d_res_, a.gelu, w.mlp_proj_w,
                         a.mlp_proj_saved, N, 4 * C, C);
-    if (recorder_) record(h + "mlp.gelu", d_gelu_, {B, T, 4 * C});
+    record(h, "mlp.gelu", d_gelu_, {B, T, 4 * C});
     nx_.gelu_backward(d_fc_, a.fc, d_gelu_, NC * 4);
-    if (recorder_) record(h + "mlp.c_fc", d_fc_, {B, T, 4 * C});
+    record(h, "mlp.c_fc", d_fc_, {B, T, 4 * C});
     nx_.linear_backward(d_ln_, g.fc_w, g.fc_b, d_fc_, a.ln2, w.fc_w, a.fc_saved, N, C, 4 * C);
-    if (recorder_) record(h + "ln_2", d_ln_, {B, T, C});
+    record(h, "ln_2", d_ln_, {B, T, C});
     // d(res1) = d(res2) + d(through ln_2)
     nx_.layernorm_backward_residual(d_tmp_, g.ln2_w, g.ln2_b, d_ln_, a.res1, w.ln2_w,
                                     a.ln2_mean, a.ln2_rstd, d_res_, N, C);
     std::swap(d_res_, d_tmp_);
-    if (recorder_) record(h + "res_1", d_res_, {B, T, C});
-    if (recorder_) record(h + "attn.c_proj", d_res_, {B, T, C});
+    record(h, "res_1", d_res_, {B, T, C});
+    record(h, "attn.c_proj", d_res_, {B, T, C});
     // attention branch: res1 = x + c_proj(attention(c_attn(ln_1(x))))
     nx_.linear_backward(d_sdpa_, g.attn_proj_w, g.attn_proj_b, d_res_, a.sdpa, w.attn_proj_w,
                         a.attn_proj_saved, N, C, C);
-    if (recorder_) record(h + "attn.sdpa", d_sdpa_, {B, T, C});
+    record(h, "attn.sdpa", d_sdpa_, {B, T, C});
     nx_.attention_backward(d_qkv_, d_sdpa_, a.qkv, a.sdpa, a.att_saved, B, T, C, NH);
-    if (recorder_) record(h + "attn.c_attn", d_qkv_, {B, T, 3 * C});
+    record(h, "attn.c_attn", d_qkv_, {B, T, 3 * C});
     nx_.linear_backward(d_ln_, g.qkv_w, g.qkv_b, d_qkv_, a.ln1, w.qkv_w, a.qkv_saved, N, C,
                         3 * C);
-    if (recorder_) record(h + "ln_1", d_ln_, {B, T, C});
+    record(h, "ln_1", d_ln_, {B, T, C});
     // d(x) = d(res1) + d(through ln_1)
     nx_.layernorm_backward_residual(d_tmp_, g.ln1_w, g.ln1_b, d_ln_, x_in, w.ln1_w, a.ln1_mean,
                                     a.ln1_rstd, d_res_, N, C);
     std::swap(d_res_, d_tmp_);
   }
-  if (recorder_) record("actgrad.embed", d_res_, {B, T, C});
+  record("actgrad.embed", d_res_, {B, T, C});
   const int32_t* tokens = tokens_.data();
   nx_.embedding_backward(grads + wte_, grads + wpe_, d_res_, tokens, B, T, C);
   // wpe rows beyond T receive no gradient.

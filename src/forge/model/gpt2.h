@@ -47,7 +47,14 @@ class Gpt2 final : public Model {
     float *qkv_saved, *attn_proj_saved, *fc_saved, *mlp_proj_saved;
   };
   LayerParams layer_params(float* base, int l) const;  // params or grads
-  void record(const std::string& name, const float* data, std::vector<int64_t> shape);
+  // record_to (model.h) with this model's recorder.
+  void record(std::string_view name, const float* data, std::initializer_list<int64_t> shape) {
+    record_to(recorder_, name, data, shape);
+  }
+  void record(LayerDumpName where, std::string_view name, const float* data,
+              std::initializer_list<int64_t> shape) {
+    record_to(recorder_, where, name, data, shape);
+  }
 
   ModelConfig config_;
   int maxB_, maxT_;

@@ -153,10 +153,6 @@ void Llama::init_weights(uint64_t seed) {
   }
 }
 
-void Llama::record(const std::string& name, const float* data, std::vector<int64_t> shape) {
-  if (recorder_) recorder_->record(name, data, shape);
-}
-
 float Llama::forward(const int32_t* tokens, const int32_t* targets, int B, int T) {
   FORGE_CHECK(B <= maxB_ && T <= maxT_, "micro-batch {}x{} exceeds the planned {}x{}", B, T,
               maxB_, maxT_);
@@ -175,13 +171,12 @@ float Llama::forward(const int32_t* tokens, const int32_t* targets, int B, int T
   // x = embed_tokens[tokens]   (no position embedding: positions enter through RoPE; the
   // shared lookup kernel adds a position row, so it is given rows of zeros)
   nx_.embedding_forward(embed_, tokens, P + embed_w_, no_positions_, B, T, C);
-  if (recorder_) record("act.embed", embed_, {B, T, C});
+  record("act.embed", embed_, {B, T, C});
   const float* x = embed_;
   for (int l = 0; l < L; ++l) {
     const LayerParams w = layer_params(P, l);
     LayerActs& a = layers_[l];
-    // Dump names are only built when a recorder listens: the step allocates nothing.
-    const std::string pfx = recorder_ ? "act.h." + std::to_string(l) + "." : std::string();
+    const LayerDumpName pfx{"act", l};
     // h = RMSNorm(x)
     nx_.rmsnorm_forward(a.ln1, a.ln1_rstd, x, w.ln1_w, N, C, eps);
     // q = RoPE(h Wq^T),  k = RoPE(h Wk^T),  v = h Wv^T
@@ -194,16 +189,14 @@ float Llama::forward(const int32_t* tokens, const int32_t* targets, int B, int T
     nx_.gqa_attention_forward(a.sdpa, a.att_saved, a.q, a.k, a.v, B, T, NH, KVH, hd);
     // x = x + y Wo^T
     nx_.linear_forward(branch_, a.o_saved, a.sdpa, w.o_w, nullptr, N, Dq, C);
-    if (recorder_) {
-      record(pfx + "input_layernorm", a.ln1, {B, T, C});
-      record(pfx + "self_attn.q_proj", q_pre_, {B, T, Dq});
-      record(pfx + "self_attn.k_proj", k_pre_, {B, T, Dkv});
-      record(pfx + "self_attn.v_proj", a.v, {B, T, Dkv});
-      record(pfx + "self_attn.q_rope", a.q, {B, T, Dq});
-      record(pfx + "self_attn.k_rope", a.k, {B, T, Dkv});
-      record(pfx + "self_attn.sdpa", a.sdpa, {B, T, Dq});
-      record(pfx + "self_attn.o_proj", branch_, {B, T, C});
-    }
+    record(pfx, "input_layernorm", a.ln1, {B, T, C});
+    record(pfx, "self_attn.q_proj", q_pre_, {B, T, Dq});
+    record(pfx, "self_attn.k_proj", k_pre_, {B, T, Dkv});
+    record(pfx, "self_attn.v_proj", a.v, {B, T, Dkv});
+    record(pfx, "self_attn.q_rope", a.q, {B, T, Dq});
+    record(pfx, "self_attn.k_rope", a.k, {B, T, Dkv});
+    record(pfx, "self_attn.sdpa", a.sdpa, {B, T, Dq});
+    record(pfx, "self_attn.o_proj", branch_, {B, T, C});
     nx_.add(a.res1, x, branch_, NC);
     // h = RMSNorm(x);  x = x + (silu(h Wgate^T) * (h Wup^T)) Wdown^T
     nx_.rmsnorm_forward(a.ln2, a.ln2_rstd, a.res1, w.ln2_w, N, C, eps);
@@ -211,25 +204,21 @@ float Llama::forward(const int32_t* tokens, const int32_t* targets, int B, int T
     nx_.linear_forward_same_input(a.up, a.ln2_saved, a.ln2, w.up_w, nullptr, N, C, F);
     nx_.swiglu_forward(a.act, a.gate, a.up, NF);
     nx_.linear_forward(branch_, a.down_saved, a.act, w.down_w, nullptr, N, F, C);
-    if (recorder_) {
-      record(pfx + "res_1", a.res1, {B, T, C});
-      record(pfx + "post_attention_layernorm", a.ln2, {B, T, C});
-      record(pfx + "mlp.gate_proj", a.gate, {B, T, F});
-      record(pfx + "mlp.up_proj", a.up, {B, T, F});
-      record(pfx + "mlp.swiglu", a.act, {B, T, F});
-      record(pfx + "mlp.down_proj", branch_, {B, T, C});
-    }
+    record(pfx, "res_1", a.res1, {B, T, C});
+    record(pfx, "post_attention_layernorm", a.ln2, {B, T, C});
+    record(pfx, "mlp.gate_proj", a.gate, {B, T, F});
+    record(pfx, "mlp.up_proj", a.up, {B, T, F});
+    record(pfx, "mlp.swiglu", a.act, {B, T, F});
+    record(pfx, "mlp.down_proj", branch_, {B, T, C});
     nx_.add(a.res2, a.res1, branch_, NC);
-    if (recorder_) record(pfx + "res_2", a.res2, {B, T, C});
+    record(pfx, "res_2", a.res2, {B, T, C});
     x = a.res2;
   }
   // logits = RMSNorm(x) Whead^T   (the head is its own matrix, not the embedding)
   nx_.rmsnorm_forward(norm_, norm_rstd_, x, P + norm_w_, N, C, eps);
   nx_.linear_forward(logits_, head_saved_, norm_, P + head_w_, nullptr, N, C, Vp);
-  if (recorder_) {
-    record("act.norm", norm_, {B, T, C});
-    record("act.logits", logits_, {B, T, Vp});
-  }
+  record("act.norm", norm_, {B, T, C});
+  record("act.logits", logits_, {B, T, Vp});
   if (!targets) return 0.0f;
   // loss = mean over positions of -log softmax(logits)[target]
   return nx_.cross_entropy_forward(xent_saved_, logits_, targets, N, V, Vp);
@@ -244,10 +233,10 @@ void Llama::backward(float dloss, float* grads) {
   float* P = params_.data();
 
   nx_.cross_entropy_backward(d_logits_, logits_, xent_saved_, targets_.data(), N, V, Vp, dloss);
-  if (recorder_) record("actgrad.logits", d_logits_, {B, T, Vp});
+  record("actgrad.logits", d_logits_, {B, T, Vp});
   nx_.linear_backward(d_ln_, grads + head_w_, nullptr, d_logits_, norm_, P + head_w_,
                       head_saved_, N, C, Vp);
-  if (recorder_) record("actgrad.norm", d_ln_, {B, T, C});
+  record("actgrad.norm", d_ln_, {B, T, C});
   const float* x_last = L > 0 ? layers_[L - 1].res2 : embed_;
   // d_res: the gradient flowing down the residual stream. It and d_tmp trade buffers after
   // each norm's backward, which writes residual + norm gradient into the other one.
@@ -259,56 +248,54 @@ void Llama::backward(float dloss, float* grads) {
     const LayerParams g = layer_params(grads, l);
     const LayerActs& a = layers_[l];
     const float* x_in = l > 0 ? layers_[l - 1].res2 : embed_;
-    const std::string pfx = recorder_ ? "actgrad.h." + std::to_string(l) + "." : std::string();
-    if (recorder_) record(pfx + "res_2", d_res, {B, T, C});
-    if (recorder_) record(pfx + "mlp.down_proj", d_res, {B, T, C});
+    const LayerDumpName pfx{"actgrad", l};
+    record(pfx, "res_2", d_res, {B, T, C});
+    record(pfx, "mlp.down_proj", d_res, {B, T, C});
     // MLP branch: res2 = res1 + down(silu(gate(ln2)) * up(ln2)),  ln2 = RMSNorm(res1)
     nx_.linear_backward(d_act_, g.down_w, nullptr, d_res, a.act, w.down_w, a.down_saved, N, F,
                         C);
-    if (recorder_) record(pfx + "mlp.swiglu", d_act_, {B, T, F});
+    record(pfx, "mlp.swiglu", d_act_, {B, T, F});
     nx_.swiglu_backward(d_gate_, d_up_, d_act_, a.gate, a.up, NF);
-    if (recorder_) record(pfx + "mlp.gate_proj", d_gate_, {B, T, F});
-    if (recorder_) record(pfx + "mlp.up_proj", d_up_, {B, T, F});
+    record(pfx, "mlp.gate_proj", d_gate_, {B, T, F});
+    record(pfx, "mlp.up_proj", d_up_, {B, T, F});
     // ln2 feeds two projections: d(ln2) is the sum of what each sends back.
     nx_.linear_backward(d_ln_, g.up_w, nullptr, d_up_, a.ln2, w.up_w, a.ln2_saved, N, C, F);
     nx_.linear_backward(d_tmp, g.gate_w, nullptr, d_gate_, a.ln2, w.gate_w, a.ln2_saved, N, C,
                         F);
     nx_.add_inplace(d_ln_, d_tmp, NC);
-    if (recorder_) record(pfx + "post_attention_layernorm", d_ln_, {B, T, C});
+    record(pfx, "post_attention_layernorm", d_ln_, {B, T, C});
     // d(res1) = d(res2) + d(through the MLP): autograd receives the residual's term first,
     // then the norm's two (see rmsnorm_backward_residual).
     nx_.rmsnorm_backward_residual(d_tmp, g.ln2_w, d_ln_, a.res1, w.ln2_w, a.ln2_rstd, d_res, N,
                                   C);
     std::swap(d_res, d_tmp);
-    if (recorder_) record(pfx + "res_1", d_res, {B, T, C});
-    if (recorder_) record(pfx + "self_attn.o_proj", d_res, {B, T, C});
+    record(pfx, "res_1", d_res, {B, T, C});
+    record(pfx, "self_attn.o_proj", d_res, {B, T, C});
     // attention branch: res1 = x + o(attn(rope(q(ln1)), rope(k(ln1)), v(ln1))),  ln1 = RMSNorm(x)
     nx_.linear_backward(d_sdpa_, g.o_w, nullptr, d_res, a.sdpa, w.o_w, a.o_saved, N, Dq, C);
-    if (recorder_) record(pfx + "self_attn.sdpa", d_sdpa_, {B, T, Dq});
+    record(pfx, "self_attn.sdpa", d_sdpa_, {B, T, Dq});
     nx_.gqa_attention_backward(d_qrot_, d_krot_, d_v_, d_sdpa_, a.q, a.k, a.v, a.sdpa,
                                a.att_saved, B, T, NH, KVH, hd);
     nx_.rope_backward(d_q_, d_qrot_, rope_cos_, rope_sin_, B, T, NH, hd);
     nx_.rope_backward(d_k_, d_krot_, rope_cos_, rope_sin_, B, T, KVH, hd);
-    if (recorder_) {
-      record(pfx + "self_attn.q_rope", d_qrot_, {B, T, Dq});
-      record(pfx + "self_attn.k_rope", d_krot_, {B, T, Dkv});
-      record(pfx + "self_attn.q_proj", d_q_, {B, T, Dq});
-      record(pfx + "self_attn.k_proj", d_k_, {B, T, Dkv});
-      record(pfx + "self_attn.v_proj", d_v_, {B, T, Dkv});
-    }
+    record(pfx, "self_attn.q_rope", d_qrot_, {B, T, Dq});
+    record(pfx, "self_attn.k_rope", d_krot_, {B, T, Dkv});
+    record(pfx, "self_attn.q_proj", d_q_, {B, T, Dq});
+    record(pfx, "self_attn.k_proj", d_k_, {B, T, Dkv});
+    record(pfx, "self_attn.v_proj", d_v_, {B, T, Dkv});
     // ln1 feeds three projections; their contributions are summed v, k, q.
     nx_.linear_backward(d_ln_, g.v_w, nullptr, d_v_, a.ln1, w.v_w, a.ln1_saved, N, C, Dkv);
     nx_.linear_backward(d_tmp, g.k_w, nullptr, d_k_, a.ln1, w.k_w, a.ln1_saved, N, C, Dkv);
     nx_.add_inplace(d_ln_, d_tmp, NC);
     nx_.linear_backward(d_tmp, g.q_w, nullptr, d_q_, a.ln1, w.q_w, a.ln1_saved, N, C, Dq);
     nx_.add_inplace(d_ln_, d_tmp, NC);
-    if (recorder_) record(pfx + "input_layernorm", d_ln_, {B, T, C});
+    record(pfx, "input_layernorm", d_ln_, {B, T, C});
     // d(x) = d(res1) + d(through attention), in the same order.
     nx_.rmsnorm_backward_residual(d_tmp, g.ln1_w, d_ln_, x_in, w.ln1_w, a.ln1_rstd, d_res, N,
                                   C);
     std::swap(d_res, d_tmp);
   }
-  if (recorder_) record("actgrad.embed", d_res, {B, T, C});
+  record("actgrad.embed", d_res, {B, T, C});
   // The embedding is the only user of its rows here (the head is untied): start from zero,
   // since the lookup's backward accumulates.
   std::memset(grads + embed_w_, 0, sizeof(float) * layout_.tensors().front().numel);

@@ -1,10 +1,24 @@
 #include "forge/model/model.h"
 
+#include <fmt/format.h>
+
 #include "forge/core/error.h"
 #include "forge/model/gpt2.h"
 #include "forge/model/llama.h"
 
 namespace forge {
+
+void record_to(ActivationRecorder* recorder, std::string_view name, const float* data,
+               std::initializer_list<int64_t> shape) {
+  if (recorder) recorder->record(std::string(name), data, std::vector<int64_t>(shape));
+}
+
+void record_to(ActivationRecorder* recorder, LayerDumpName where, std::string_view name,
+               const float* data, std::initializer_list<int64_t> shape) {
+  if (recorder)
+    recorder->record(fmt::format("{}.h.{}.{}", where.kind, where.layer, name), data,
+                     std::vector<int64_t>(shape));
+}
 
 std::unique_ptr<Model> make_model(const ModelConfig& config, int B, int T, Numerics& numerics) {
   if (config.family == "gpt2") return std::make_unique<Gpt2>(config, B, T, numerics);

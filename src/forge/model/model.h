@@ -3,8 +3,10 @@
 #pragma once
 
 #include <cstdint>
+#include <initializer_list>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "forge/io/config.h"
@@ -20,6 +22,19 @@ class ActivationRecorder {
   virtual void record(const std::string& name, const float* data,
                       const std::vector<int64_t>& shape) = 0;
 };
+
+// A dumped tensor's place: "act" or "actgrad", and its layer (its name is KIND.h.LAYER.NAME).
+struct LayerDumpName {
+  const char* kind;
+  int layer;
+};
+
+// Hands a tensor to `recorder` when one listens. The name and the shape are built only then:
+// a step without a recorder allocates nothing.
+void record_to(ActivationRecorder* recorder, std::string_view name, const float* data,
+               std::initializer_list<int64_t> shape);
+void record_to(ActivationRecorder* recorder, LayerDumpName where, std::string_view name,
+               const float* data, std::initializer_list<int64_t> shape);
 
 class Model {
  public:

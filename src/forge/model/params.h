@@ -8,8 +8,8 @@
 #include <string>
 #include <vector>
 
-#include "forge/core/float_buffer.h"
-#include "forge/numerics/numerics.h"  // ParamRef  // the buffers params, gradients and moments live in
+#include "forge/core/float_buffer.h"  // the buffers params, gradients and moments live in
+#include "forge/numerics/numerics.h"  // ParamRef
 
 namespace forge {
 

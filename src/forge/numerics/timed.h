@@ -16,6 +16,13 @@ namespace forge {
 class TimedNumerics final : public Numerics {
  public:
   explicit TimedNumerics(std::unique_ptr<Numerics> inner) : inner_(std::move(inner)) {}
+  // Puts a timer around `numerics` (which then owns it) and returns the timer.
+  static TimedNumerics* wrap(std::unique_ptr<Numerics>& numerics) {
+    auto timer = std::make_unique<TimedNumerics>(std::move(numerics));
+    TimedNumerics* t = timer.get();
+    numerics = std::move(timer);
+    return t;
+  }
   std::string name() const override { return inner_->name(); }
   void plan(const StepShape& s) override { inner_->plan(s); }
   // op name -> seconds, accumulated since the last reset(). An op's entry is made on its first

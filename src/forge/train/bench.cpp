@@ -20,12 +20,7 @@ EngineTiming time_engine_steps(const Config& cfg, const std::string& profile, in
                                int steps, bool breakdown) {
   const int B = cfg.train.batch_size, T = cfg.train.seq_len;
   std::unique_ptr<Numerics> nx = make_numerics(profile);
-  TimedNumerics* timer = nullptr;
-  if (breakdown) {
-    auto t = std::make_unique<TimedNumerics>(std::move(nx));
-    timer = t.get();
-    nx = std::move(t);
-  }
+  TimedNumerics* timer = breakdown ? TimedNumerics::wrap(nx) : nullptr;
   auto model = make_model(cfg.model, B, T, *nx);
   model->init_weights(cfg.train.seed);
   const ParamLayout& layout = model->layout();

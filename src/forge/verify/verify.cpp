@@ -212,15 +212,24 @@ std::string find_on_path(const std::string& program) {
   fail("{} is not on PATH (Debian: apt-get install openmpi-bin); the dp gate cannot run", program);
 }
 
+// A comparer report (report.json / calibration.json), parsed.
+nlohmann::json read_report(const std::string& path) {
+  try {
+    return nlohmann::json::parse(read_text_file(path));
+  } catch (const nlohmann::json::exception& e) {
+    fail("{}: malformed comparer report: {}", path, e.what());
+  }
+}
+
 // The tensors of a comparer report below `required`, as "name (step s)" -> rel_l2.
-std::map<std::string, double> failing_tensors(const std::string& report_json,
-                                              const std::string& required) {
+std::map<std::string, double> failing_tensors(const nlohmann::json& report,
+                                              const std::string& required,
+                                              const std::string& path) {
   static const std::map<std::string, int> rank = {
       {"NONE", 0}, {"CONVERGENT", 1}, {"TOLERANCE", 2}, {"BITWISE", 3}};
   std::map<std::string, double> failing;
   try {
-    const nlohmann::json rep = nlohmann::json::parse(read_text_file(report_json));
-    for (const auto& t : rep.at("tensors")) {
+    for (const auto& t : report.at("tensors")) {
       const auto r = rank.find(t.at("rung").get<std::string>());
       if (r != rank.end() && r->second >= rank.at(required)) continue;
       const double rel = t.at("rel_l2").is_number() ? t.at("rel_l2").get<double>() : -1.0;
@@ -228,7 +237,7 @@ std::map<std::string, double> failing_tensors(const std::string& report_json,
                           t.at("step").get<int>())] = rel;
     }
   } catch (const nlohmann::json::exception& e) {
-    fail("{}: malformed comparer report: {}", report_json, e.what());
+    fail("{}: malformed comparer report: {}", path, e.what());
   }
   return failing;
 }
@@ -238,16 +247,16 @@ std::map<std::string, double> failing_tensors(const std::string& report_json,
 std::string calibration_section(const std::string& engine_json, const std::string& cal_json,
                                 const std::string& desc, const std::string& cal_md,
                                 nlohmann::json& summary) {
+  const nlohmann::json cal_report = read_report(cal_json);
   std::string verdict, required;
   try {
-    const nlohmann::json rep = nlohmann::json::parse(read_text_file(cal_json));
-    verdict = rep.at("verdict").get<std::string>();
-    required = rep.at("required").get<std::string>();
+    verdict = cal_report.at("verdict").get<std::string>();
+    required = cal_report.at("required").get<std::string>();
   } catch (const nlohmann::json::exception& e) {
     fail("{}: malformed comparer report: {}", cal_json, e.what());
   }
-  const auto engine = failing_tensors(engine_json, required);
-  const auto cal = failing_tensors(cal_json, required);
+  const auto engine = failing_tensors(read_report(engine_json), required, engine_json);
+  const auto cal = failing_tensors(cal_report, required, cal_json);
   const auto rel = [](double v) { return v < 0 ? std::string("-") : fmt::format("{:.3e}", v); };
   summary = {{"second_pytorch", desc},
              {"verdict", verdict},
