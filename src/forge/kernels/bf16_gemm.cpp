@@ -133,37 +133,35 @@ __attribute__((target("avx2"))) void to_bf16_avx2(uint16_t* out, const float* in
 // NaN quietened as scalar::bf16_bits does). It reads denormal inputs as zero, so a vector
 // holding one takes the integer path instead; training values are never that small, so the
 // check costs a compare and a rarely taken branch.
-// out[0, 16) = bf16_bits of x, the 16 values at in (x loaded from there).
-__attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16"))) inline void to_bf16_16(
-    uint16_t* out, const float* in, __m512 x) {
+// bf16_bits of x, the 16 values at in (x loaded from there).
+__attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16"))) inline __m256i bf16_lanes16(
+    const float* in, __m512 x) {
   const __m512 mag = _mm512_abs_ps(x);
   const __mmask16 denormal = _mm512_cmp_ps_mask(mag, _mm512_set1_ps(1.17549435e-38f),
                                                 _CMP_LT_OQ) &
                              _mm512_cmp_ps_mask(mag, _mm512_setzero_ps(), _CMP_NEQ_OQ);
   if (denormal) {
-    for (int k = 0; k < 16; ++k) out[k] = scalar::bf16_bits(in[k]);
-    return;
+    alignas(32) uint16_t bits[16];
+    for (int k = 0; k < 16; ++k) bits[k] = scalar::bf16_bits(in[k]);
+    return _mm256_load_si256(reinterpret_cast<const __m256i*>(bits));
   }
-  _mm256_storeu_si256(reinterpret_cast<__m256i*>(out),
-                      reinterpret_cast<__m256i>(_mm512_cvtneps_pbh(x)));
+  return reinterpret_cast<__m256i>(_mm512_cvtneps_pbh(x));
 }
 
 __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16"))) void to_bf16_avx512bf16(
     uint16_t* out, const float* in, size_t n) {
   size_t i = 0;
-  for (; i + 16 <= n; i += 16) to_bf16_16(out + i, in + i, _mm512_loadu_ps(in + i));
+  for (; i + 16 <= n; i += 16)
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + i),
+                        bf16_lanes16(in + i, _mm512_loadu_ps(in + i)));
   for (; i < n; ++i) out[i] = scalar::bf16_bits(in[i]);
 }
 
-// One 16 x 16 block in registers: col[c] holds src[r * lds + c] for r = 0..15. Four rounds of
-// unpacks interleave ever wider units (16, 32, 64 bits, then 128-bit lanes), as in any
-// register transpose.
-__attribute__((target("avx2"))) inline void transpose16_to_registers(__m256i col[16],
-                                                                     const uint16_t* src,
-                                                                     size_t lds) {
-  __m256i r[16], t[16];
-  for (int i = 0; i < 16; ++i)
-    r[i] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + i * lds));
+// A 16 x 16 block transposed in registers: on entry r[i] holds row i, on return col[c] holds
+// column c (r is overwritten). Four rounds of unpacks interleave ever wider units (16, 32, 64
+// bits, then 128-bit lanes), as in any register transpose.
+__attribute__((target("avx2"))) inline void transpose16(__m256i col[16], __m256i r[16]) {
+  __m256i t[16];
   // t[2i], t[2i+1]: rows 2i and 2i+1 paired per column (columns 0-3 | 4-7 of each lane).
   for (int i = 0; i < 8; ++i) {
     t[2 * i] = _mm256_unpacklo_epi16(r[2 * i], r[2 * i + 1]);
@@ -189,28 +187,15 @@ __attribute__((target("avx2"))) inline void transpose16_to_registers(__m256i col
   }
 }
 
-// One 16 x 16 block: dst[c * ldd + r] = src[r * lds + c].
+// One 16 x 16 block of 16-bit values: dst[c * ldd + r] = src[r * lds + c].
 __attribute__((target("avx2"))) void transpose_block16_avx2(uint16_t* dst, size_t ldd,
                                                             const uint16_t* src, size_t lds) {
-  __m256i col[16];
-  transpose16_to_registers(col, src, lds);
+  __m256i row[16], col[16];
+  for (int i = 0; i < 16; ++i)
+    row[i] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + i * lds));
+  transpose16(col, row);
   for (int c = 0; c < 16; ++c)
     _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + c * ldd), col[c]);
-}
-
-// 32 rows by 16 columns: each of dst's 16 rows gets its 64 bytes (a whole cache line when
-// aligned) in two adjacent stores. Written as two 16 x 16 blocks, the first block's half lines
-// could be evicted before the second completed them when dst's rows are a multiple of 4 KiB
-// apart (16 rows in one L1 set of 12 ways), and each line was fetched twice.
-__attribute__((target("avx2"))) void transpose_block32x16_avx2(uint16_t* dst, size_t ldd,
-                                                               const uint16_t* src, size_t lds) {
-  __m256i top[16], bottom[16];
-  transpose16_to_registers(top, src, lds);
-  transpose16_to_registers(bottom, src + 16 * lds, lds);
-  for (int c = 0; c < 16; ++c) {
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + c * ldd), top[c]);
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + c * ldd + 16), bottom[c]);
-  }
 }
 
 bool cpu_has_avx512bf16() {
@@ -246,8 +231,8 @@ void to_bf16_serial(uint16_t* out, const float* in, size_t n) {
     to_bf16_generic(out, in, n);
 }
 
-// One block of transpose_u16 (rows, cols <= 16): in registers when it is whole and the CPU
-// has AVX2, else one value at a time.
+// One block of 16-bit values (rows, cols <= 16) transposed: in registers when it is whole and
+// the CPU has AVX2, else one value at a time.
 void transpose_block(uint16_t* d, size_t ldd, const uint16_t* s, size_t lds, int rows, int cols,
                      bool avx2) {
   if (avx2 && rows == 16 && cols == 16) {
@@ -286,80 +271,89 @@ void to_bf16(uint16_t* out, const float* in, size_t n) {
   parallel_chunks(n, [&](size_t lo, size_t hi) { to_bf16_serial(out + lo, in + lo, hi - lo); });
 }
 
-void transpose_u16(uint16_t* dst, size_t ldd, const uint16_t* src, size_t lds, int rows,
-                   int cols) {
-  const bool avx2 = use_avx2();
-  const int row_blocks = (rows + 15) / 16, col_blocks = (cols + 15) / 16;
-  const long blocks = static_cast<long>(row_blocks) * col_blocks;
-  // Threads take runs of row blocks: each writes its own 32-byte pieces of dst's rows.
-#pragma omp parallel for schedule(static) if (blocks > 64)
-  for (long b = 0; b < blocks; ++b) {
-    const int r0 = static_cast<int>(b % row_blocks) * 16;
-    const int c0 = static_cast<int>(b / row_blocks) * 16;
-    const uint16_t* s = src + static_cast<size_t>(r0) * lds + c0;
-    uint16_t* d = dst + static_cast<size_t>(c0) * ldd + r0;
-    transpose_block(d, ldd, s, lds, std::min(16, rows - r0), std::min(16, cols - c0), avx2);
-  }
-}
-
 namespace {
 
-// Columns a thread takes at a time: their dbias accumulators (2 KiB) and a band's rounded
-// rows (kGradientRows x 512 bf16, 32 KiB) stay in L1/L2 between the two passes over the band.
+// Columns a thread takes at a time: their dbias accumulators (2 KiB) stay in L1.
 constexpr int kGradientColumns = 512;
-// Rows per band: gt's rows then take whole 64-byte lines (32 bf16) from one band.
+// Rows per band: each of gt's rows then takes a whole 64-byte line (32 bf16) from one block.
 constexpr int kGradientRows = 32;
-// How far ahead round_band prefetches dout. A thread reads a short run of each row (its
-// columns), a whole row apart, which the hardware prefetchers do not follow: the loads
-// stalled (perf). With the prefetch and the 32 x 16 transposes the pass ran 1.2-2x faster on
-// the shapes of small and gpt2-124m (bench_kernels bf16_operands/*/gradient, min of 3
-// alternated runs); in a small bf16 step, where dout arrives from the previous op, it took
-// about as long as before (perf samples).
-constexpr int kPrefetchRows = 4;
+// How many 16-column blocks ahead of the one in hand round_transpose_32x16 prefetches.
+constexpr int kPrefetchBlocks = 4;
 
-// Rows [r0, r1) by columns [c0, c1) of dout, row by row: rounded into g and added into acc
-// (acc[c - c0], null: no bias), so each column keeps scalar::bf16_gradient_operands's order.
-__attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16"))) void round_band(
-    uint16_t* g, float* acc, const float* dout, int OC, int r0, int r1, int c0, int c1) {
-  const int c16 = c0 + (c1 - c0) / 16 * 16;
-  for (int r = r0; r < r1; ++r) {
-    const size_t row = static_cast<size_t>(r) * OC;
-    const float* ahead = dout + static_cast<size_t>(std::min(r + kPrefetchRows, r1 - 1)) * OC;
-    for (int c = c0; c < c16; c += 16) {
-      _mm_prefetch(reinterpret_cast<const char*>(ahead + c), _MM_HINT_T0);
-      const __m512 x = _mm512_loadu_ps(dout + row + c);
-      if (acc) _mm512_storeu_ps(acc + (c - c0), _mm512_add_ps(_mm512_loadu_ps(acc + (c - c0)), x));
-      to_bf16_16(g + row + c, dout + row + c, x);
+// Rows [0, 32) by columns [0, 16) of dout (rows ldd apart), whole: each row rounded to bf16 in
+// a register and added into acc (16 column sums, in row order; null: none), and the block
+// written transposed into gt: 16 rows of 32 values (a whole 64-byte line each), ldgt apart.
+// Neither the rounded rows nor the fp32 values leave the registers: the pass reads dout once
+// and writes g and gt once. ahead (null: none), a block a few blocks later, is prefetched:
+// the 32 rows are 32 streams, a row apart, more than the hardware prefetchers follow.
+__attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16"))) void round_transpose_32x16(
+    uint16_t* g, uint16_t* gt, size_t ldgt, float* acc, const float* dout, size_t ldd,
+    const float* ahead) {
+  if (ahead)
+    for (int i = 0; i < kGradientRows; ++i)
+      _mm_prefetch(reinterpret_cast<const char*>(ahead + static_cast<size_t>(i) * ldd),
+                   _MM_HINT_T0);
+  __m256i top[16], bottom[16], rows[16];
+  __m512 sum = acc ? _mm512_loadu_ps(acc) : _mm512_setzero_ps();
+  for (int half = 0; half < 2; ++half) {
+    for (int i = 0; i < 16; ++i) {
+      const float* in = dout + static_cast<size_t>(16 * half + i) * ldd;
+      const __m512 x = _mm512_loadu_ps(in);
+      sum = _mm512_add_ps(sum, x);
+      rows[i] = bf16_lanes16(in, x);
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(g + static_cast<size_t>(16 * half + i) * ldd),
+                          rows[i]);
     }
-    for (int c = c16; c < c1; ++c) {
-      if (acc) acc[c - c0] += dout[row + c];
-      g[row + c] = scalar::bf16_bits(dout[row + c]);
-    }
+    transpose16(half ? bottom : top, rows);
+  }
+  if (acc) _mm512_storeu_ps(acc, sum);
+  for (int c = 0; c < 16; ++c) {
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(gt + c * ldgt), top[c]);
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(gt + c * ldgt + 16), bottom[c]);
   }
 }
 
-// The band's rounded values, g rows [r0, r1) by columns [c0, c1), transposed into gt (rows N
-// apart) in registers: 32 x 16 blocks where the band is whole, 16 x 16 at its edges.
-void transpose_band(uint16_t* gt, const uint16_t* g, int N, int OC, int r0, int r1, int c0,
-                    int c1) {
-  const size_t ldgt = static_cast<size_t>(N);
-  for (int c = c0; c < c1; c += 16) {
-    if (r1 - r0 == 32 && c + 16 <= c1) {
-      transpose_block32x16_avx2(gt + static_cast<size_t>(c) * ldgt + r0, ldgt,
-                                g + static_cast<size_t>(r0) * OC + c, static_cast<size_t>(OC));
-      continue;
+// The same for a block of any size up to 32 x 16 (the edges of dout, or a CPU without
+// avx512_bf16): rows rounded 16 at a time into a small buffer, then transposed from there.
+void round_transpose_block(uint16_t* g, uint16_t* gt, size_t ldgt, float* acc, const float* dout,
+                           size_t ldd, int rows, int cols, bool avx2) {
+  alignas(32) uint16_t rounded[16 * 16];
+  for (int r0 = 0; r0 < rows; r0 += 16) {
+    const int count = std::min(16, rows - r0);
+    for (int r = 0; r < count; ++r) {
+      const float* in = dout + static_cast<size_t>(r0 + r) * ldd;
+      to_bf16_serial(rounded + 16 * r, in, static_cast<size_t>(cols));
+      std::copy(rounded + 16 * r, rounded + 16 * r + cols, g + static_cast<size_t>(r0 + r) * ldd);
+      if (acc)
+        for (int c = 0; c < cols; ++c) acc[c] += in[c];
     }
-    for (int r = r0; r < r1; r += 16)
-      transpose_block(gt + static_cast<size_t>(c) * ldgt + r, ldgt,
-                      g + static_cast<size_t>(r) * OC + c, static_cast<size_t>(OC),
-                      std::min(16, r1 - r), std::min(16, c1 - c), true);
+    transpose_block(gt + r0, ldgt, rounded, 16, count, cols, avx2);
   }
 }
 
-void gradient_operands_fused(uint16_t* g, uint16_t* gt, float* dbias, const float* dout, int N,
-                             int OC) {
+// The block kPrefetchBlocks after the one at rows [r, r + 32), column c, in the order the
+// pass takes them (a band's blocks from c_lo to c_hi, then the next band's), or null when
+// that block is not a whole one.
+const float* block_ahead(const float* dout, size_t ldd, int N, int r, int c, int c_lo, int c_hi) {
+  int ahead_c = c + 16 * kPrefetchBlocks, ahead_r = r;
+  if (ahead_c + 16 > c_hi) {
+    ahead_c = c_lo + (ahead_c - (c_lo + (c_hi - c_lo) / 16 * 16));
+    ahead_r += kGradientRows;
+  }
+  if (ahead_r + kGradientRows > N || ahead_c + 16 > c_hi) return nullptr;
+  return dout + static_cast<size_t>(ahead_r) * ldd + ahead_c;
+}
+
+}  // namespace
+
+void bf16_gradient_operands(uint16_t* g, uint16_t* gt, float* dbias, const float* dout, int N,
+                            int OC) {
+  const bool registers = active_isa() == Isa::kAvx512 && cpu_has_avx512bf16();
+  const bool avx2 = use_avx2();
+  const size_t ldgt = static_cast<size_t>(N), ldd = static_cast<size_t>(OC);
   const int blocks = (OC + 15) / 16;
-  // Each thread owns a run of whole 16-column blocks and walks every row over it.
+  // Each thread owns a run of whole 16-column blocks (so its column sums keep the row order)
+  // and walks every band of rows over it, reading dout a band of rows at a time.
 #pragma omp parallel if (static_cast<size_t>(N) * OC >= kParallelMin)
   {
     const int parts = omp_get_num_threads(), id = omp_get_thread_num();
@@ -369,32 +363,24 @@ void gradient_operands_fused(uint16_t* g, uint16_t* gt, float* dbias, const floa
     for (int c_lo = lo; c_lo < hi; c_lo += kGradientColumns) {
       const int c_hi = std::min(hi, c_lo + kGradientColumns);
       std::fill(acc, acc + (c_hi - c_lo), 0.0f);
-      for (int r_lo = 0; r_lo < N; r_lo += kGradientRows) {
-        const int r_hi = std::min(N, r_lo + kGradientRows);
-        round_band(g, dbias ? acc : nullptr, dout, OC, r_lo, r_hi, c_lo, c_hi);
-        transpose_band(gt, g, N, OC, r_lo, r_hi, c_lo, c_hi);
+      for (int r = 0; r < N; r += kGradientRows) {
+        const int rows = std::min(kGradientRows, N - r);
+        for (int c = c_lo; c < c_hi; c += 16) {
+          const int cols = std::min(16, c_hi - c);
+          float* sums = dbias ? acc + (c - c_lo) : nullptr;
+          const float* src = dout + static_cast<size_t>(r) * ldd + c;
+          uint16_t* dst = gt + static_cast<size_t>(c) * ldgt + r;
+          uint16_t* row_major = g + static_cast<size_t>(r) * ldd + c;
+          if (registers && rows == kGradientRows && cols == 16)
+            round_transpose_32x16(row_major, dst, ldgt, sums, src, ldd,
+                                  block_ahead(dout, ldd, N, r, c, c_lo, c_hi));
+          else
+            round_transpose_block(row_major, dst, ldgt, sums, src, ldd, rows, cols, avx2);
+        }
       }
       if (dbias) std::copy(acc, acc + (c_hi - c_lo), dbias + c_lo);
     }
   }
-}
-
-}  // namespace
-
-void bf16_gradient_operands(uint16_t* g, uint16_t* gt, float* dbias, const float* dout, int N,
-                            int OC) {
-  if (active_isa() == Isa::kAvx512 && cpu_has_avx512bf16()) {
-    gradient_operands_fused(g, gt, dbias, dout, N, OC);
-    return;
-  }
-  if (dbias)
-    column_sums(dbias, dout, N, OC, [&](int n, int o0, int o1) {
-      const size_t at = static_cast<size_t>(n) * OC + o0;
-      to_bf16_serial(g + at, dout + at, static_cast<size_t>(o1 - o0));
-    });
-  else
-    to_bf16(g, dout, static_cast<size_t>(N) * OC);
-  transpose_u16(gt, static_cast<size_t>(N), g, static_cast<size_t>(OC), N, OC);
 }
 
 #ifdef FORGE_HAVE_DNNL
@@ -432,11 +418,16 @@ namespace {
 struct NativeBf16 {
   using Operand = uint16_t;
   // oneDNN 2.6's bf16 matmul runs dout^T @ inp slower with dout^T read through strides
-  // than from a transposed copy (bench_kernels gemm/onednn_bf16/*/dweight vs dweight_nn).
-  // Copy included, the layer's backward came out 0-5% faster on the shapes of small and
-  // gpt2-124m (both variants alternated in one process), so backward makes the copy.
+  // than from a transposed copy (bench_kernels gemm/onednn_bf16/*/dweight vs dweight_nn), and
+  // dout @ W slower from that copy through strides than from dout's own layout (dinp_tn vs
+  // dinp: 3-8% on most shapes of small and gpt2-124m). So backward makes both, in one pass
+  // over dout that also sums the bias gradient (bf16_gradient_operands).
   static constexpr bool kTransposedGradient = true;
   static void convert(Operand* out, const float* in, size_t n) { to_bf16(out, in, n); }
+  static void convert_gradient(Operand* g, Operand* gt, float* dbias, const float* dout, int N,
+                               int OC) {
+    bf16_gradient_operands(g, gt, dbias, dout, N, OC);
+  }
   static void multiply(bool ta, bool tb, int M, int N, int K, const Operand* A, int lda,
                        const Operand* B, int ldb, float* C, int ldc, const float* bias) {
     gemm_bf16(ta, tb, M, N, K, A, lda, B, ldb, 0.0f, C, ldc, bias);
@@ -447,8 +438,18 @@ struct RoundedFp32 {
   using Operand = float;
   static constexpr bool kTransposedGradient = false;
   static void convert(Operand* out, const float* in, size_t n) { round_bf16(out, in, n); }
-  static void convert_serial(Operand* out, const float* in, size_t n) {
-    round_bf16_serial(out, in, n);
+  // g = bf16(dout), as fp32 values, and when dbias is given, dbias = column sums of the
+  // unrounded dout (in bias_gradient's order), in one read of dout.
+  static void convert_gradient(Operand* g, Operand* /*gt*/, float* dbias, const float* dout, int N,
+                               int OC) {
+    if (!dbias) {
+      round_bf16(g, dout, static_cast<size_t>(N) * OC);
+      return;
+    }
+    column_sums(dbias, dout, N, OC, [&](int n, int o0, int o1) {
+      const size_t at = static_cast<size_t>(n) * OC + o0;
+      round_bf16_serial(g + at, dout + at, static_cast<size_t>(o1 - o0));
+    });
   }
   static void multiply(bool ta, bool tb, int M, int N, int K, const Operand* A, int lda,
                        const Operand* B, int ldb, float* C, int ldc, const float* bias) {
@@ -488,22 +489,6 @@ void forward_on(float* out, float* saved, const float* inp, const float* weight,
   Path::multiply(false, true, N, OC, IC, x, IC, w, IC, out, OC, bias);
 }
 
-// g = bf16(dout) and, when dbias is given, dbias = column sums of the unrounded dout (in
-// bias_gradient's order), in one read of dout. (The native path, which also wants dout
-// transposed, has bf16_gradient_operands instead.)
-template <typename Path>
-void convert_gradient(typename Path::Operand* g, float* dbias, const float* dout, int N,
-                      int OC) {
-  if (!dbias) {
-    Path::convert(g, dout, static_cast<size_t>(N) * OC);
-    return;
-  }
-  column_sums(dbias, dout, N, OC, [&](int n, int o0, int o1) {
-    const size_t at = static_cast<size_t>(n) * OC + o0;
-    Path::convert_serial(g + at, dout + at, static_cast<size_t>(o1 - o0));
-  });
-}
-
 template <typename Path>
 void backward_on(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
                  const float* weight, const float* saved, int N, int IC, int OC,
@@ -516,19 +501,15 @@ void backward_on(float* dinp, float* dweight, float* dbias, const float* dout, c
   T* x = reinterpret_cast<T*>(saved ? const_cast<float*>(saved) : rest);
   T* w = reinterpret_cast<T*>(rest + saved_floats<Path>(N, IC));
   if (!saved) Path::convert(x, inp, static_cast<size_t>(N) * IC);
-  if constexpr (Path::kTransposedGradient)
-    bf16_gradient_operands(g, gt, dbias, dout, N, OC);
-  else
-    convert_gradient<Path>(g, dbias, dout, N, OC);
+  Path::convert_gradient(g, gt, dbias, dout, N, OC);
   if (dinp) {
     Path::convert(w, weight, static_cast<size_t>(OC) * IC);
     Path::multiply(false, false, N, IC, OC, g, OC, w, IC, dinp, IC, nullptr);  // dout @ W
   }
-  if constexpr (Path::kTransposedGradient) {
+  if constexpr (Path::kTransposedGradient)
     Path::multiply(false, false, OC, IC, N, gt, N, x, IC, dweight, IC, nullptr);
-  } else {
+  else
     Path::multiply(true, false, OC, IC, N, g, OC, x, IC, dweight, IC, nullptr);  // dout^T @ inp
-  }
 }
 
 template <typename Path>
@@ -547,7 +528,7 @@ size_t bf16_linear_saved_floats(int N, int IC, int OC) {
 }
 
 size_t bf16_linear_scratch_floats(int N, int IC, int OC) {
-  // Room for dout's (and on the native path its transpose's), inp's and weight's operands.
+  // Room for dout's, inp's and weight's operands.
   return native_bf16_available() ? scratch_floats<NativeBf16>(N, IC, OC)
                                  : scratch_floats<RoundedFp32>(N, IC, OC);
 }

@@ -49,8 +49,8 @@ void bf16_linear_backward(Real* dinp, Real* dweight, Real* dbias, const float* d
                           const float* inp, const float* weight, int N, int IC, int OC);
 
 // The output gradient's operands for the native backward: g = bf16_bits(dout) (N x OC), gt =
-// g transposed (OC x N) and, when dbias is not null, dbias[o] = the sum of dout[n][o] over
-// n = 0, 1, ..., N-1 in that order, in fp32, from the unrounded values.
+// g transposed (OC x N) and, when dbias is not null, dbias[o] = the sum of
+// dout[n][o] over n = 0, 1, ..., N-1 in that order, in fp32, from the unrounded values.
 void bf16_gradient_operands(uint16_t* g, uint16_t* gt, float* dbias, const float* dout, int N,
                             int OC);
 
@@ -63,14 +63,9 @@ void round_bf16(float* out, const float* in, size_t n);
 // out[i] = bf16_bits(in[i]): the packed form (half the bytes) for bf16 dot-product units.
 void to_bf16(uint16_t* out, const float* in, size_t n);
 
-// dst[c * ldd + r] = src[r * lds + c] for r < rows, c < cols: a transpose of 16-bit values
-// (packed bf16 operands), 16 x 16 blocks in registers where the CPU has AVX2.
-void transpose_u16(uint16_t* dst, size_t ldd, const uint16_t* src, size_t lds, int rows,
-                   int cols);
-
-// scalar::bf16_gradient_operands in one pass over dout (16 x 16 blocks: rounded, summed into
-// dbias and transposed while in registers and L1) where the CPU has avx512_bf16; elsewhere a
-// column-sum pass and a transpose. Same bits either way.
+// scalar::bf16_gradient_operands in one read of dout, 32 x 16 blocks: rounded, summed into
+// dbias and transposed in registers where the CPU has avx512_bf16, through a 16 x 16 buffer
+// elsewhere and at dout's edges. Same bits either way.
 void bf16_gradient_operands(uint16_t* g, uint16_t* gt, float* dbias, const float* dout, int N,
                             int OC);
 
