@@ -187,6 +187,22 @@ void check_bf16_linear(int N, int IC, int OC, bool with_bias, bool with_dinp) {
     EXPECT_EQ(dx2, dx);
     EXPECT_EQ(dw2, dw);
   }
+  // With the weight's operand kept from forward: the same bits. Backward, fed a zeroed weight,
+  // still gives forward's dinp: it reads the kept operand, not the weight.
+  {
+    Floats operand(cpu::bf16_operand_floats(size_t(OC) * IC)), saved3(saved.size());
+    Floats out3(out.size()), dx3(dx.size(), 5.0f), dw3(dw.size()), db3(db.size(), 5.0f);
+    const Floats zeros_w(w.size(), 0.0f);
+    cpu::bf16_linear_forward(out3.data(), saved3.data(), x.data(), w.data(), bias, N, IC, OC,
+                             scratch.data(), false, operand.data());
+    cpu::bf16_linear_backward(
+        with_dinp ? dx3.data() : nullptr, dw3.data(), with_bias ? db3.data() : nullptr, dout.data(),
+        x.data(), zeros_w.data(), saved3.data(), N, IC, OC, scratch.data(), operand.data());
+    EXPECT_EQ(out3, out);
+    EXPECT_EQ(dx3, dx);
+    EXPECT_EQ(dw3, dw);
+    EXPECT_EQ(db3, db);
+  }
   // The bias gradient, fused into the conversion of dout, sums in bias_gradient's order.
   if (with_bias) {
     Floats want_db(OC);
@@ -272,6 +288,60 @@ TEST(Bf16, ProfileUsesBf16LinearAndFailsOnUnplannedShapes) {
   Floats x(size_t(N) * s.ffn), w(size_t(big) * s.ffn), out(size_t(N) * big);
   EXPECT_THROW(nx->linear_forward(out.data(), nullptr, x.data(), w.data(), nullptr, N, s.ffn, big),
                forge::Error);
+}
+
+// The profile keeps each planned weight's operand from forward for backward. Planned for one
+// weight, a second gets no slot and backward converts it itself; a weight changed after
+// forward shows which backward read: the kept operand (first) or the weight (second).
+TEST(Bf16, ProfileKeepsPlannedWeightOperandsFromForwardToBackward) {
+  auto nx = forge::make_numerics("bf16");
+  forge::StepShape s;
+  s.B = 2;
+  s.T = 5;
+  s.C = 12;
+  s.NH = 3;
+  s.V = 30;
+  s.Vp = 32;
+  s.L = 1;
+  s.n_kv_head = 3;
+  s.head_dim = 4;
+  s.ffn = 48;
+  const int N = s.B * s.T, IC = s.C, OC = 3 * s.C;
+  s.linear_weights = 1;
+  s.linear_weight_floats = size_t(OC) * IC;
+  nx->plan(s);
+  const Floats x = random_floats(size_t(N) * IC, 60), dout = random_floats(size_t(N) * OC, 61);
+  Floats w1 = random_floats(size_t(OC) * IC, 62), w2 = random_floats(size_t(OC) * IC, 63);
+  // What backward gives from the weights as they were in forward.
+  Floats want_dx1(size_t(N) * IC), want_dx2(size_t(N) * IC), dw(size_t(OC) * IC),
+      scratch(cpu::bf16_linear_scratch_floats(N, IC, OC));
+  cpu::bf16_linear_backward(want_dx1.data(), dw.data(), nullptr, dout.data(), x.data(), w1.data(),
+                            nullptr, N, IC, OC, scratch.data());
+  cpu::bf16_linear_backward(want_dx2.data(), dw.data(), nullptr, dout.data(), x.data(), w2.data(),
+                            nullptr, N, IC, OC, scratch.data());
+  Floats out(size_t(N) * OC), saved1(nx -> linear_saved_floats(N, IC, OC)), saved2(saved1.size());
+  nx->linear_forward(out.data(), saved1.data(), x.data(), w1.data(), nullptr, N, IC, OC);
+  nx->linear_forward(out.data(), saved2.data(), x.data(), w2.data(), nullptr, N, IC, OC);
+  for (float& v : w1) v = 0.0f;
+  for (float& v : w2) v = 0.0f;
+  Floats dx1(size_t(N) * IC), dx2(size_t(N) * IC);
+  nx->linear_backward(dx1.data(), dw.data(), nullptr, dout.data(), x.data(), w1.data(),
+                      saved1.data(), N, IC, OC);
+  nx->linear_backward(dx2.data(), dw.data(), nullptr, dout.data(), x.data(), w2.data(),
+                      saved2.data(), N, IC, OC);
+  EXPECT_EQ(dx1, want_dx1);                  // the kept operand
+  EXPECT_EQ(dx2, Floats(dx2.size(), 0.0f));  // no slot: the (zeroed) weight itself
+  // Every forward converts afresh: given new values in the same place (an optimizer step),
+  // backward follows them.
+  w1 = random_floats(w1.size(), 64);
+  Floats want_dx3(size_t(N) * IC);
+  cpu::bf16_linear_backward(want_dx3.data(), dw.data(), nullptr, dout.data(), x.data(), w1.data(),
+                            nullptr, N, IC, OC, scratch.data());
+  ASSERT_NE(want_dx3, want_dx1);
+  nx->linear_forward(out.data(), saved1.data(), x.data(), w1.data(), nullptr, N, IC, OC);
+  nx->linear_backward(dx1.data(), dw.data(), nullptr, dout.data(), x.data(), w1.data(),
+                      saved1.data(), N, IC, OC);
+  EXPECT_EQ(dx1, want_dx3);
 }
 
 }  // namespace

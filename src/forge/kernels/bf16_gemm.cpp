@@ -475,15 +475,13 @@ size_t saved_floats(int N, int IC) {
   return operand_floats<Path>(static_cast<size_t>(N) * IC);
 }
 
-// The weight is converted again in backward rather than kept: a bf16 copy of every weight for
-// the whole step put gpt2-124m's peak RSS at 3852 MiB, above PyTorch autocast's 3575, for
-// the price of one pass over the weights.
 template <typename Path>
-void forward_on(float* out, float* saved, const float* inp, const float* weight,
-                const float* bias, int N, int IC, int OC, float* scratch, bool inp_in_saved) {
+void forward_on(float* out, float* saved, const float* inp, const float* weight, const float* bias,
+                int N, int IC, int OC, float* scratch, bool inp_in_saved, float* weight_operand) {
   using T = typename Path::Operand;
   T* x = reinterpret_cast<T*>(saved ? saved : scratch);
-  T* w = reinterpret_cast<T*>(scratch + saved_floats<Path>(N, IC));
+  T* w =
+      reinterpret_cast<T*>(weight_operand ? weight_operand : scratch + saved_floats<Path>(N, IC));
   if (!(saved && inp_in_saved)) Path::convert(x, inp, static_cast<size_t>(N) * IC);
   Path::convert(w, weight, static_cast<size_t>(OC) * IC);
   Path::multiply(false, true, N, OC, IC, x, IC, w, IC, out, OC, bias);
@@ -491,19 +489,23 @@ void forward_on(float* out, float* saved, const float* inp, const float* weight,
 
 template <typename Path>
 void backward_on(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
-                 const float* weight, const float* saved, int N, int IC, int OC,
-                 float* scratch) {
+                 const float* weight, const float* saved, int N, int IC, int OC, float* scratch,
+                 const float* weight_operand) {
   using T = typename Path::Operand;
   const size_t g_floats = operand_floats<Path>(static_cast<size_t>(N) * OC);
   T* g = reinterpret_cast<T*>(scratch);
   T* gt = reinterpret_cast<T*>(scratch + g_floats);  // dout^T, where the path wants it
   float* rest = scratch + (Path::kTransposedGradient ? 2 : 1) * g_floats;
   T* x = reinterpret_cast<T*>(saved ? const_cast<float*>(saved) : rest);
-  T* w = reinterpret_cast<T*>(rest + saved_floats<Path>(N, IC));
   if (!saved) Path::convert(x, inp, static_cast<size_t>(N) * IC);
   Path::convert_gradient(g, gt, dbias, dout, N, OC);
   if (dinp) {
-    Path::convert(w, weight, static_cast<size_t>(OC) * IC);
+    const T* w = reinterpret_cast<const T*>(weight_operand);
+    if (!w) {
+      T* converted = reinterpret_cast<T*>(rest + saved_floats<Path>(N, IC));
+      Path::convert(converted, weight, static_cast<size_t>(OC) * IC);
+      w = converted;
+    }
     Path::multiply(false, false, N, IC, OC, g, OC, w, IC, dinp, IC, nullptr);  // dout @ W
   }
   if constexpr (Path::kTransposedGradient)
@@ -533,23 +535,30 @@ size_t bf16_linear_scratch_floats(int N, int IC, int OC) {
                                  : scratch_floats<RoundedFp32>(N, IC, OC);
 }
 
+size_t bf16_operand_floats(size_t n) {
+  return native_bf16_available() ? operand_floats<NativeBf16>(n) : operand_floats<RoundedFp32>(n);
+}
+
 void bf16_linear_forward(float* out, float* saved, const float* inp, const float* weight,
                          const float* bias, int N, int IC, int OC, float* scratch,
-                         bool inp_in_saved) {
+                         bool inp_in_saved, float* weight_operand) {
   if (native_bf16_available())
-    forward_on<NativeBf16>(out, saved, inp, weight, bias, N, IC, OC, scratch, inp_in_saved);
+    forward_on<NativeBf16>(out, saved, inp, weight, bias, N, IC, OC, scratch, inp_in_saved,
+                           weight_operand);
   else
-    forward_on<RoundedFp32>(out, saved, inp, weight, bias, N, IC, OC, scratch, inp_in_saved);
+    forward_on<RoundedFp32>(out, saved, inp, weight, bias, N, IC, OC, scratch, inp_in_saved,
+                            weight_operand);
 }
 
 void bf16_linear_backward(float* dinp, float* dweight, float* dbias, const float* dout,
-                          const float* inp, const float* weight, const float* saved, int N,
-                          int IC, int OC, float* scratch) {
+                          const float* inp, const float* weight, const float* saved, int N, int IC,
+                          int OC, float* scratch, const float* weight_operand) {
   if (native_bf16_available())
-    backward_on<NativeBf16>(dinp, dweight, dbias, dout, inp, weight, saved, N, IC, OC, scratch);
+    backward_on<NativeBf16>(dinp, dweight, dbias, dout, inp, weight, saved, N, IC, OC, scratch,
+                            weight_operand);
   else
-    backward_on<RoundedFp32>(dinp, dweight, dbias, dout, inp, weight, saved, N, IC, OC,
-                             scratch);
+    backward_on<RoundedFp32>(dinp, dweight, dbias, dout, inp, weight, saved, N, IC, OC, scratch,
+                             weight_operand);
 }
 
 }  // namespace cpu

@@ -88,17 +88,24 @@ size_t bf16_linear_scratch_floats(int N, int IC, int OC);
 // path, half the floats), so that backward does not convert it again.
 size_t bf16_linear_saved_floats(int N, int IC, int OC);
 
+// What n operand values take, in floats: packed bf16 on the native path, bf16-rounded fp32
+// elsewhere, rounded up to a whole cache line.
+size_t bf16_operand_floats(size_t n);
+
 // kernels/linear.h's forward and backward with bf16-rounded operands, fp32 accumulation.
 // scratch: bf16_linear_scratch_floats(N, IC, OC) floats, not aliasing any argument.
 // saved: bf16_linear_saved_floats(N, IC, OC) floats, or null: forward then keeps nothing, and
 // backward converts inp itself. Backward's inp must be forward's.
 // inp_in_saved: saved already holds inp's conversion (a forward of the same inp filled it).
+// weight_operand: bf16_operand_floats(OC * IC) floats, or null. Forward converts the
+// weight there (else into scratch); backward then takes it from there instead of converting
+// the weight again, so it must hold forward's conversion of this weight, unchanged since.
 void bf16_linear_forward(float* out, float* saved, const float* inp, const float* weight,
                          const float* bias, int N, int IC, int OC, float* scratch,
-                         bool inp_in_saved = false);
+                         bool inp_in_saved = false, float* weight_operand = nullptr);
 void bf16_linear_backward(float* dinp, float* dweight, float* dbias, const float* dout,
-                          const float* inp, const float* weight, const float* saved, int N,
-                          int IC, int OC, float* scratch);
+                          const float* inp, const float* weight, const float* saved, int N, int IC,
+                          int OC, float* scratch, const float* weight_operand = nullptr);
 
 }  // namespace cpu
 

@@ -46,7 +46,10 @@ Gpt2::Gpt2(const ModelConfig& config, int B, int T, Numerics& numerics)
   lnf_b_ = layout_.add("transformer.ln_f.bias", {C}, false, false);
   params_.resize(layout_.total_floats());
 
-  // Activations: planned once for the largest micro-batch.
+  // Activations: planned once for the largest micro-batch. Per layer, what backward reads;
+  // one buffer shared by all layers for what only a layer's forward uses: the projections'
+  // outputs (added into the residual stream) and, when the profile's linear layers keep
+  // their own copy of their input for backward, those inputs (ln_1, ln_2, GELU).
   const size_t N = static_cast<size_t>(B) * T;
   const size_t att_saved = nx_.attention_saved_floats(B, T, C, config.n_head);
   const size_t xent_saved = nx_.classifier_saved_floats(N, config.vocab_size, Vp);
@@ -54,31 +57,39 @@ Gpt2::Gpt2(const ModelConfig& config, int B, int T, Numerics& numerics)
     return nx_.linear_saved_floats(static_cast<int>(N), static_cast<int>(ic),
                                    static_cast<int>(oc));
   };
+  const bool inputs_per_layer = nx_.linear_backward_reads_input();
   auto align = [](size_t n) { return (n + 15) / 16 * 16; };
-  const size_t per_layer = align(N * C) * 8 + align(N) * 4 + align(N * 3 * C) +
-                           align(att_saved) + align(N * 4 * C) * 2 + align(lin_saved(C, 3 * C)) +
-                           align(lin_saved(C, C)) + align(lin_saved(C, 4 * C)) +
-                           align(lin_saved(4 * C, C));
-  const size_t acts_total = align(N * C) * 2 + align(N) * 2 + align(N * Vp) +
-                            align(xent_saved) + align(lin_saved(C, Vp)) + per_layer * L;
+  // The plan, run twice: with `take` counting floats, then with it handing them out.
+  auto plan = [&](auto&& take) {
+    embed_ = take(N * C);
+    float* attn_proj = take(N * C);
+    float* mlp_proj = take(N * C);
+    float* ln1 = inputs_per_layer ? nullptr : take(N * C);
+    float* ln2 = inputs_per_layer ? nullptr : take(N * C);
+    float* gelu = inputs_per_layer ? nullptr : take(N * 4 * C);
+    for (auto& a : layers_) {
+      a.ln1 = inputs_per_layer ? take(N * C) : ln1;
+      a.ln1_mean = take(N); a.ln1_rstd = take(N);
+      a.qkv = take(N * 3 * C); a.att_saved = take(att_saved); a.sdpa = take(N * C);
+      a.attn_proj = attn_proj; a.res1 = take(N * C);
+      a.ln2 = inputs_per_layer ? take(N * C) : ln2;
+      a.ln2_mean = take(N); a.ln2_rstd = take(N);
+      a.fc = take(N * 4 * C); a.gelu = inputs_per_layer ? take(N * 4 * C) : gelu;
+      a.mlp_proj = mlp_proj; a.res2 = take(N * C);
+      a.qkv_saved = take(lin_saved(C, 3 * C)); a.attn_proj_saved = take(lin_saved(C, C));
+      a.fc_saved = take(lin_saved(C, 4 * C)); a.mlp_proj_saved = take(lin_saved(4 * C, C));
+    }
+    lnf_ = take(N * C); lnf_mean_ = take(N); lnf_rstd_ = take(N);
+    logits_ = take(N * Vp); xent_saved_ = take(xent_saved); head_saved_ = take(lin_saved(C, Vp));
+  };
+  layers_.resize(L);
+  size_t acts_total = 0;
+  plan([&](size_t n) { acts_total += align(n); return static_cast<float*>(nullptr); });
   acts_arena_.resize(acts_total);
   float* cursor = acts_arena_.data();
   auto take = [&](size_t n) { float* p = cursor; cursor += align(n); return p; };
-  embed_ = take(N * C);
-  layers_.resize(L);
-  for (auto& a : layers_) {
-    a.ln1 = take(N * C); a.ln1_mean = take(N); a.ln1_rstd = take(N);
-    a.qkv = take(N * 3 * C); a.att_saved = take(att_saved); a.sdpa = take(N * C);
-    a.attn_proj = take(N * C); a.res1 = take(N * C);
-    a.ln2 = take(N * C); a.ln2_mean = take(N); a.ln2_rstd = take(N);
-    a.fc = take(N * 4 * C); a.gelu = take(N * 4 * C); a.mlp_proj = take(N * C);
-    a.res2 = take(N * C);
-    a.qkv_saved = take(lin_saved(C, 3 * C)); a.attn_proj_saved = take(lin_saved(C, C));
-    a.fc_saved = take(lin_saved(C, 4 * C)); a.mlp_proj_saved = take(lin_saved(4 * C, C));
-  }
-  lnf_ = take(N * C); lnf_mean_ = take(N); lnf_rstd_ = take(N);
-  logits_ = take(N * Vp); xent_saved_ = take(xent_saved); head_saved_ = take(lin_saved(C, Vp));
-  FORGE_CHECK(cursor <= acts_arena_.data() + acts_arena_.size(), "activation plan overflow");
+  plan(take);
+  FORGE_CHECK(cursor == acts_arena_.data() + acts_arena_.size(), "activation plan mismatch");
 
   scratch_arena_.resize(align(N * C) * 4 + align(N * 3 * C) + align(N * 4 * C) * 2);
   cursor = scratch_arena_.data();
@@ -94,6 +105,9 @@ Gpt2::Gpt2(const ModelConfig& config, int B, int T, Numerics& numerics)
   shape.B = B; shape.T = T; shape.C = C; shape.NH = config.n_head;
   shape.V = config.vocab_size; shape.Vp = Vp; shape.L = L;
   shape.n_kv_head = config.n_head; shape.head_dim = config.head_dim(); shape.ffn = 4 * C;
+  // c_attn, attn.c_proj, c_fc and mlp.c_proj per layer, and the LM head (wte)
+  shape.linear_weights = 4 * L + 1;
+  shape.linear_weight_floats = static_cast<size_t>(L * 12 * C * C + Vp * C);
   nx_.plan(shape);
 }
 

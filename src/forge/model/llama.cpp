@@ -57,7 +57,10 @@ Llama::Llama(const ModelConfig& config, int B, int T, Numerics& numerics)
   head_w_ = layout_.add("lm_head.weight", {Vp, C}, false, true);
   params_.resize(layout_.total_floats());
 
-  // Activations: planned once for the largest micro-batch.
+  // Activations: planned once for the largest micro-batch. Per layer, what backward reads;
+  // when the profile's linear layers keep their own copy of their input for backward, the
+  // norms' and SwiGLU's outputs, which only feed linear layers, share one buffer each across
+  // the layers.
   const size_t N = static_cast<size_t>(B) * T;
   const size_t att_saved = nx_.gqa_attention_saved_floats(B, T, NH_, KVH_, hd_);
   const size_t xent_saved = nx_.classifier_saved_floats(N, config.vocab_size, Vp);
@@ -65,39 +68,45 @@ Llama::Llama(const ModelConfig& config, int B, int T, Numerics& numerics)
     return nx_.linear_saved_floats(static_cast<int>(N), static_cast<int>(ic),
                                    static_cast<int>(oc));
   };
+  const bool inputs_per_layer = nx_.linear_backward_reads_input();
   auto align = [](size_t n) { return (n + 15) / 16 * 16; };
-  const size_t per_layer = align(N * C) * 4 + align(N) * 2 + align(N * Dq_) * 2 +
-                           align(N * Dkv_) * 2 + align(att_saved) + align(N * F_) * 3 +
-                           align(std::max(lin_saved(C, Dq_), lin_saved(C, Dkv_))) +
-                           align(lin_saved(Dq_, C)) + align(lin_saved(C, F_)) +
-                           align(lin_saved(F_, C));
   // The rotary tables cover the whole block, as the reference's do (their values do not
   // depend on it, but a profile's vector grouping may).
   const size_t rope_floats = nx_.rope_table_floats(config.block_size, hd_);
-  const size_t acts_total = align(rope_floats) * 2 + align(static_cast<size_t>(T) * C) +
-                            align(N * C) * 2 + align(N) + align(N * Vp) + align(xent_saved) +
-                            align(lin_saved(C, Vp)) + per_layer * L;
+  // The plan, run twice: with `take` counting floats, then with it handing them out.
+  auto plan = [&](auto&& take) {
+    rope_cos_ = take(rope_floats);
+    rope_sin_ = take(rope_floats);
+    no_positions_ = take(static_cast<size_t>(T) * C);  // zeros: see forward()
+    embed_ = take(N * C);
+    float* ln1 = inputs_per_layer ? nullptr : take(N * C);
+    float* ln2 = inputs_per_layer ? nullptr : take(N * C);
+    float* act = inputs_per_layer ? nullptr : take(N * F_);
+    for (auto& a : layers_) {
+      a.ln1 = inputs_per_layer ? take(N * C) : ln1;
+      a.ln1_rstd = take(N);
+      a.q = take(N * Dq_); a.k = take(N * Dkv_); a.v = take(N * Dkv_);
+      a.att_saved = take(att_saved); a.sdpa = take(N * Dq_); a.res1 = take(N * C);
+      a.ln2 = inputs_per_layer ? take(N * C) : ln2;
+      a.ln2_rstd = take(N);
+      a.gate = take(N * F_); a.up = take(N * F_);
+      a.act = inputs_per_layer ? take(N * F_) : act;
+      a.res2 = take(N * C);
+      a.ln1_saved = take(std::max(lin_saved(C, Dq_), lin_saved(C, Dkv_)));
+      a.o_saved = take(lin_saved(Dq_, C));
+      a.ln2_saved = take(lin_saved(C, F_)); a.down_saved = take(lin_saved(F_, C));
+    }
+    norm_ = take(N * C); norm_rstd_ = take(N);
+    logits_ = take(N * Vp); xent_saved_ = take(xent_saved); head_saved_ = take(lin_saved(C, Vp));
+  };
+  layers_.resize(L);
+  size_t acts_total = 0;
+  plan([&](size_t n) { acts_total += align(n); return static_cast<float*>(nullptr); });
   acts_arena_.resize(acts_total);
   float* cursor = acts_arena_.data();
   auto take = [&](size_t n) { float* p = cursor; cursor += align(n); return p; };
-  rope_cos_ = take(rope_floats);
-  rope_sin_ = take(rope_floats);
-  no_positions_ = take(static_cast<size_t>(T) * C);  // zeros: see forward()
-  embed_ = take(N * C);
-  layers_.resize(L);
-  for (auto& a : layers_) {
-    a.ln1 = take(N * C); a.ln1_rstd = take(N);
-    a.q = take(N * Dq_); a.k = take(N * Dkv_); a.v = take(N * Dkv_);
-    a.att_saved = take(att_saved); a.sdpa = take(N * Dq_); a.res1 = take(N * C);
-    a.ln2 = take(N * C); a.ln2_rstd = take(N);
-    a.gate = take(N * F_); a.up = take(N * F_); a.act = take(N * F_); a.res2 = take(N * C);
-    a.ln1_saved = take(std::max(lin_saved(C, Dq_), lin_saved(C, Dkv_)));
-    a.o_saved = take(lin_saved(Dq_, C));
-    a.ln2_saved = take(lin_saved(C, F_)); a.down_saved = take(lin_saved(F_, C));
-  }
-  norm_ = take(N * C); norm_rstd_ = take(N);
-  logits_ = take(N * Vp); xent_saved_ = take(xent_saved); head_saved_ = take(lin_saved(C, Vp));
-  FORGE_CHECK(cursor <= acts_arena_.data() + acts_arena_.size(), "activation plan overflow");
+  plan(take);
+  FORGE_CHECK(cursor == acts_arena_.data() + acts_arena_.size(), "activation plan mismatch");
 
   scratch_arena_.resize(align(N * C) * 4 + align(N * Dq_) * 5 + align(N * Dkv_) * 4 +
                         align(N * F_) * 3);
@@ -117,6 +126,10 @@ Llama::Llama(const ModelConfig& config, int B, int T, Numerics& numerics)
   shape.V = config.vocab_size; shape.Vp = Vp; shape.L = L;
   shape.n_kv_head = KVH_; shape.head_dim = hd_; shape.ffn = F_;
   shape.llama = true;
+  // q, k, v, o, gate, up and down per layer, and the LM head
+  shape.linear_weights = 7 * L + 1;
+  shape.linear_weight_floats =
+      static_cast<size_t>(L * (2 * Dq_ * C + 2 * Dkv_ * C + 3 * F_ * C) + Vp * C);
   nx_.plan(shape);
   // Every sequence starts at position 0: one table for positions [0, block_size).
   nx_.rope_tables(rope_cos_, rope_sin_, config.block_size, hd_, config.rope_theta);

@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <initializer_list>
 #include <memory>
+#include <vector>
 
 #include "forge/core/error.h"
 #include "forge/core/float_buffer.h"
@@ -47,6 +48,11 @@ class Bf16Numerics final : public Numerics {
       need = std::max(need, k::bf16_linear_scratch_floats(rows, s.C, oc));
     for (int ic : {ffn, dq}) need = std::max(need, k::bf16_linear_scratch_floats(rows, ic, s.C));
     scratch_.resize(need);
+    // Each slot is rounded up to a cache line: at most 16 floats more per weight.
+    weight_operands_.resize(k::bf16_operand_floats(s.linear_weight_floats) +
+                            16 * static_cast<size_t>(s.linear_weights));
+    weight_slots_.clear();
+    weight_slots_.reserve(static_cast<size_t>(s.linear_weights));
     if (bf16_attention_) {
       attention_threads_ = omp_get_max_threads();
       attention_workspace_.resize(k::attention_bf16_workspace_floats(s.T, hd, attention_threads_));
@@ -83,20 +89,23 @@ class Bf16Numerics final : public Numerics {
   size_t linear_saved_floats(int N, int IC, int OC) const override {
     return k::bf16_linear_saved_floats(N, IC, OC);
   }
+  // saved holds inp's converted copy (packed bf16, or bf16-rounded fp32 without native bf16).
+  bool linear_backward_reads_input() const override { return false; }
   void linear_forward(float* out, float* saved, const float* inp, const float* weight,
                       const float* bias, int N, int IC, int OC) override {
-    k::bf16_linear_forward(out, saved, inp, weight, bias, N, IC, OC, scratch_for(N, IC, OC));
+    k::bf16_linear_forward(out, saved, inp, weight, bias, N, IC, OC, scratch_for(N, IC, OC),
+                           /*inp_in_saved=*/false, weight_slot(weight, IC, OC, true));
   }
   void linear_forward_same_input(float* out, float* saved, const float* inp, const float* weight,
                                  const float* bias, int N, int IC, int OC) override {
     k::bf16_linear_forward(out, saved, inp, weight, bias, N, IC, OC, scratch_for(N, IC, OC),
-                           /*inp_in_saved=*/saved != nullptr);
+                           /*inp_in_saved=*/saved != nullptr, weight_slot(weight, IC, OC, true));
   }
   void linear_backward(float* dinp, float* dweight, float* dbias, const float* dout,
                        const float* inp, const float* weight, const float* saved, int N, int IC,
                        int OC) override {
     k::bf16_linear_backward(dinp, dweight, dbias, dout, inp, weight, saved, N, IC, OC,
-                            scratch_for(N, IC, OC));
+                            scratch_for(N, IC, OC), weight_slot(weight, IC, OC, false));
   }
 
   size_t attention_saved_floats(int B, int T, int C, int NH) const override {
@@ -207,6 +216,30 @@ class Bf16Numerics final : public Numerics {
     return scratch_.data();
   }
 
+  // Where the bf16 operand of `weight` (OC x IC) lives from a forward to the backward that
+  // follows it: forward converts the weight there, backward reads it instead of converting
+  // the weight again. A step changes no weight between its forward and backward (AdamW runs
+  // after), and every forward converts afresh, so the copy is never stale. Slots are found by
+  // the weight's address; a forward of a weight beyond the planned slots (not one of the
+  // model's layers) gets none, and converts into the scratch as backward then does too.
+  float* weight_slot(const float* weight, int IC, int OC, bool in_forward) {
+    const size_t floats = k::bf16_operand_floats(static_cast<size_t>(OC) * IC);
+    for (const WeightSlot& slot : weight_slots_)
+      if (slot.weight == weight) {
+        if (slot.floats != floats)
+          fail("numerics 'bf16': weight at {} used as {}x{}, earlier with {} operand floats",
+               static_cast<const void*>(weight), OC, IC, slot.floats);
+        return weight_operands_.data() + slot.offset;
+      }
+    const size_t used =
+        weight_slots_.empty() ? 0 : weight_slots_.back().offset + weight_slots_.back().floats;
+    if (!in_forward || weight_slots_.size() == weight_slots_.capacity() ||
+        used + floats > weight_operands_.size())
+      return nullptr;
+    weight_slots_.push_back({weight, used, floats});
+    return weight_operands_.data() + used;
+  }
+
   // The planned workspace of the bf16 attention, checked like scratch_for.
   float* attention_workspace(int T, int hd) {
     const size_t need = k::attention_bf16_workspace_floats(T, hd, attention_threads_);
@@ -223,6 +256,13 @@ class Bf16Numerics final : public Numerics {
   // on gpt2-124m), which then sit on huge pages like the activations.
   FloatBuffer scratch_;
   FloatBuffer attention_workspace_;
+  // The linear layers' weight operands (weight_slot), planned for StepShape's linear weights.
+  struct WeightSlot {
+    const float* weight;
+    size_t offset, floats;  // into weight_operands_
+  };
+  FloatBuffer weight_operands_;
+  std::vector<WeightSlot> weight_slots_;
   int attention_threads_ = 0;
 };
 

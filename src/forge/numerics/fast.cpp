@@ -57,6 +57,7 @@ class FastNumerics final : public Numerics {
                                    dresidual, N, C);
   }
 
+  bool linear_backward_reads_input() const override { return true; }  // it multiplies inp
   void linear_forward(float* out, float* /*saved*/, const float* inp, const float* weight,
                       const float* bias, int N, int IC, int OC) override {
     k::linear_forward(out, inp, weight, bias, N, IC, OC);

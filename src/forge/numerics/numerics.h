@@ -26,6 +26,10 @@ struct StepShape {
   int B = 0, T = 0, C = 0, NH = 0, V = 0 /*real vocab*/, Vp = 0 /*padded rows*/, L = 0;
   int n_kv_head = 0, head_dim = 0, ffn = 0;
   bool llama = false;  // the Llama-family ops (RMSNorm, RoPE, SwiGLU, GQA) run, not GPT-2's
+  // The model's linear layers (their distinct weights) and those weights' floats in all, for
+  // a profile that keeps something per weight through a step.
+  int linear_weights = 0;
+  size_t linear_weight_floats = 0;
 };
 
 // One parameter tensor as the optimizer sees it.
@@ -87,6 +91,10 @@ class Numerics {
     (void)N, (void)IC, (void)OC;
     return 0;
   }
+  // False when the saved state holds all that linear_backward reads of inp (given a saved
+  // buffer, it then never reads inp): a model may reuse inp's buffer once forward is done.
+  // No default, so that a profile, or a wrapper of one, cannot leave it unsaid.
+  virtual bool linear_backward_reads_input() const = 0;
   virtual void linear_forward(float* out, float* saved, const float* inp, const float* weight,
                               const float* bias, int N, int IC, int OC) = 0;
   // linear_forward for a layer that reads the input the previous linear_forward call read,

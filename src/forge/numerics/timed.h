@@ -48,6 +48,9 @@ class TimedNumerics final : public Numerics {
   size_t linear_saved_floats(int N, int IC, int OC) const override {
     return inner_->linear_saved_floats(N, IC, OC);
   }
+  bool linear_backward_reads_input() const override {
+    return inner_->linear_backward_reads_input();
+  }
   void linear_forward(float* out, float* saved, const float* inp, const float* weight,
                       const float* bias, int N, int IC, int OC) override;
   void linear_forward_same_input(float* out, float* saved, const float* inp, const float* weight,

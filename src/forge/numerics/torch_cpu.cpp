@@ -82,6 +82,7 @@ class TorchCpuNumerics final : public Numerics {
                              ln_scratch_.data());
   }
 
+  bool linear_backward_reads_input() const override { return true; }  // it multiplies inp
   void linear_forward(float* out, float* /*saved*/, const float* inp, const float* weight,
                       const float* bias, int N, int IC, int OC) override {
     tcpu::linear_forward(out, inp, weight, bias, N, IC, OC);
