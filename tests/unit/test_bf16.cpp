@@ -242,12 +242,18 @@ TEST(Bf16, LinearMatchesFloat64OnRoundedOperands) {
   check_bf16_linear(300, 257, 129, true, true);
 }
 
+// A GPT-2-like step of 2 x 5 tokens, C = 12, 3 heads, for the profile tests.
+forge::StepShape small_shape() {
+  forge::StepShape s;
+  s.B = 2, s.T = 5, s.C = 12, s.NH = 3, s.V = 30, s.Vp = 32, s.L = 1;
+  s.n_kv_head = 3, s.head_dim = 4, s.ffn = 48;
+  return s;
+}
+
 TEST(Bf16, ProfileUsesBf16LinearAndFailsOnUnplannedShapes) {
   auto nx = forge::make_numerics("bf16");
   EXPECT_EQ(nx->name(), "bf16");
-  forge::StepShape s;
-  s.B = 2; s.T = 5; s.C = 12; s.NH = 3; s.V = 30; s.Vp = 32; s.L = 1;
-  s.n_kv_head = 3; s.head_dim = 4; s.ffn = 48;
+  const forge::StepShape s = small_shape();
   nx->plan(s);
   const int N = s.B * s.T;
   // The classifier, the widest shape: through the profile it must equal the kernel.
@@ -295,17 +301,7 @@ TEST(Bf16, ProfileUsesBf16LinearAndFailsOnUnplannedShapes) {
 // forward shows which backward read: the kept operand (first) or the weight (second).
 TEST(Bf16, ProfileKeepsPlannedWeightOperandsFromForwardToBackward) {
   auto nx = forge::make_numerics("bf16");
-  forge::StepShape s;
-  s.B = 2;
-  s.T = 5;
-  s.C = 12;
-  s.NH = 3;
-  s.V = 30;
-  s.Vp = 32;
-  s.L = 1;
-  s.n_kv_head = 3;
-  s.head_dim = 4;
-  s.ffn = 48;
+  forge::StepShape s = small_shape();
   const int N = s.B * s.T, IC = s.C, OC = 3 * s.C;
   s.linear_weights = 1;
   s.linear_weight_floats = size_t(OC) * IC;
