@@ -550,6 +550,37 @@ TEST(IoCheckpoint, LeftoversOfAKilledWriterAreRemoved) {
   EXPECT_TRUE(fs::exists(ck / "notes.tmp.abc"));
 }
 
+// `latest`, its folder and the run's folder all lead to the checkpoint `latest` names, looked
+// up beside it whatever the directory the run was started from; other paths come back as
+// given; a `latest` naming nothing is an error naming the file.
+TEST(IoCheckpoint, LatestAndTheRunFolderResolveToTheCheckpoint) {
+  TempDir tmp;
+  const fs::path out = fs::path(tmp.path()) / "run";
+  const fs::path ck = out / "checkpoints";
+  fs::create_directories(ck / "step_000010");
+  fs::create_directories(ck / "step_000020");
+  std::ofstream(ck / "step_000010" / "state.json") << "{}";
+  std::ofstream(ck / "step_000020" / "state.json") << "{}";
+  // Written by a run started elsewhere, with a relative out_dir.
+  std::ofstream(ck / "latest") << "elsewhere/run/checkpoints/step_000020\n";
+  const std::string want = (ck / "step_000020").string();
+  EXPECT_EQ(forge::resolve_checkpoint((ck / "latest").string()), want);
+  EXPECT_EQ(forge::resolve_checkpoint(ck.string()), want);
+  EXPECT_EQ(forge::resolve_checkpoint(out.string()), want);
+  EXPECT_EQ(forge::resolve_checkpoint((ck / "step_000010").string()),
+            (ck / "step_000010").string());
+  const std::string other = (fs::path(tmp.path()) / "model.safetensors").string();
+  EXPECT_EQ(forge::resolve_checkpoint(other), other);
+  std::ofstream(ck / "latest") << "run/checkpoints/step_000030\n";
+  try {
+    forge::resolve_checkpoint(out.string());
+    FAIL() << "a latest naming no checkpoint was accepted";
+  } catch (const forge::Error& e) {
+    EXPECT_NE(std::string(e.what()).find((ck / "latest").string()), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("step_000030"), std::string::npos) << e.what();
+  }
+}
+
 // Large buffers are placed for transparent huge pages (2 MiB aligned); small ones are only
 // cache-line aligned. Both come zero-filled and keep every element they were asked for.
 TEST(FloatBufferTest, LargeBuffersAreHugePageAlignedAndZeroed) {

@@ -29,7 +29,10 @@ void register_eval(CLI::App& app) {
   };
   auto o = std::make_shared<Opts>();
   auto* cmd = app.add_subcommand("eval", "validation loss and perplexity of a checkpoint");
-  cmd->add_option("--checkpoint", o->checkpoint, "checkpoint directory (or model .safetensors with --config)")->required();
+  cmd->add_option("--checkpoint", o->checkpoint,
+                  "checkpoint directory, a run's OUT/checkpoints/latest or OUT, or a model "
+                  ".safetensors with --config")
+      ->required();
   cmd->add_option("--config", o->config, "config JSON (default: the checkpoint's own)");
   cmd->add_option("--data", o->data, "token shard to evaluate on (default: the config's data.val)");
   cmd->add_option("--batches", o->batches, "micro-batches to evaluate (default: train.eval_batches)");
@@ -66,7 +69,9 @@ void register_sample(CLI::App& app) {
   };
   auto o = std::make_shared<Opts>();
   auto* cmd = app.add_subcommand("sample", "generate text from a checkpoint, streamed as it is made");
-  cmd->add_option("--checkpoint", o->checkpoint, "checkpoint directory")->required();
+  cmd->add_option("--checkpoint", o->checkpoint,
+                  "checkpoint directory, or a run's OUT/checkpoints/latest or OUT")
+      ->required();
   cmd->add_option("--config", o->config, "config JSON (default: the checkpoint's own)");
   cmd->add_option("--prompt", o->prompt, "text to continue");
   cmd->add_option("--tokens", o->s.max_new_tokens, "tokens to generate")->check(CLI::PositiveNumber);

@@ -17,7 +17,9 @@ void register_export(CLI::App& app) {
   };
   auto o = std::make_shared<Opts>();
   auto* cmd = app.add_subcommand("export", "write a checkpoint in another framework's format");
-  cmd->add_option("--checkpoint", o->checkpoint, "checkpoint directory")->required();
+  cmd->add_option("--checkpoint", o->checkpoint,
+                  "checkpoint directory, or a run's OUT/checkpoints/latest or OUT")
+      ->required();
   cmd->add_option("--config", o->config, "config JSON (default: the checkpoint's own)");
   cmd->add_option("--hf", o->hf_dir, "folder for transformers' from_pretrained")->required();
   cmd->callback([o] {

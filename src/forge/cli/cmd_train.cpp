@@ -15,7 +15,9 @@ void register_train(CLI::App& app) {
   auto opt = std::make_shared<TrainOptions>();
   auto act_steps = std::make_shared<std::string>();
   cmd->add_option("--config", opt->config_path, "config JSON (see configs/)")->required();
-  cmd->add_option("--resume", opt->resume, "checkpoint directory to continue from, bit for bit");
+  cmd->add_option("--resume", opt->resume,
+                  "checkpoint directory to continue from, bit for bit (or a run's "
+                  "OUT/checkpoints/latest, or OUT: the checkpoint it names)");
   cmd->add_option("--init", opt->init, "safetensors file with the initial parameters (HF names)");
   cmd->add_option("--numerics", opt->numerics,
                   fmt::format("numerics profile: {}", fmt::join(numerics_profiles(), " | ")));

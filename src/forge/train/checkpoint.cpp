@@ -78,6 +78,31 @@ void load_params(const std::string& path, const ParamLayout& layout, float* para
   read_into(f, layout, params, prefix);
 }
 
+std::string resolve_checkpoint(const std::string& path) {
+  std::error_code ec;
+  const fs::path p(path);
+  fs::path latest;
+  if (fs::is_regular_file(p, ec) && p.filename() == "latest")
+    latest = p;
+  else if (fs::is_directory(p, ec) && !fs::exists(p / "state.json", ec)) {
+    if (fs::is_regular_file(p / "latest", ec))
+      latest = p / "latest";
+    else if (fs::is_regular_file(p / "checkpoints" / "latest", ec))
+      latest = p / "checkpoints" / "latest";
+  }
+  if (latest.empty()) return path;
+  std::string named = read_text_file(latest.string());
+  while (!named.empty() && (named.back() == '\n' || named.back() == '\r' || named.back() == '/'))
+    named.pop_back();
+  const fs::path dir = latest.parent_path() / fs::path(named).filename();
+  if (named.empty() || !fs::exists(dir / "state.json", ec))
+    fail(
+        "{}: expected the name of a checkpoint directory beside it, found '{}' ({} holds no "
+        "state.json)",
+        latest.string(), named, dir.string());
+  return dir.string();
+}
+
 std::string model_file_of(const std::string& path) {
   if (fs::is_directory(path)) return (fs::path(path) / "model.safetensors").string();
   return path;
@@ -145,8 +170,9 @@ void remove_partial_checkpoints(const std::string& out_dir) {
   for (const auto& p : partial) fs::remove_all(p, ec);
 }
 
-TrainState load_checkpoint(const std::string& dir, const ParamLayout& layout, float* params,
+TrainState load_checkpoint(const std::string& path, const ParamLayout& layout, float* params,
                            float* exp_avg, float* exp_avg_sq) {
+  const std::string dir = resolve_checkpoint(path);
   const fs::path d(dir);
   if (!fs::is_directory(d)) fail("{}: not a checkpoint directory", dir);
   const std::string state_path = (d / "state.json").string();

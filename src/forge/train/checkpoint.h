@@ -36,14 +36,21 @@ void load_params(const std::string& path, const ParamLayout& layout, float* para
 
 void save_checkpoint(const std::string& dir, const ParamLayout& layout, const float* params,
                      const float* exp_avg, const float* exp_avg_sq, const TrainState& state);
-// Loads model, optimizer and state; exp_avg / exp_avg_sq may be null (model only).
-TrainState load_checkpoint(const std::string& dir, const ParamLayout& layout, float* params,
+// Loads model, optimizer and state from a checkpoint (any path resolve_checkpoint takes);
+// exp_avg / exp_avg_sq may be null (model only).
+TrainState load_checkpoint(const std::string& path, const ParamLayout& layout, float* params,
                            float* exp_avg, float* exp_avg_sq);
 // DP (faults): removes what a process killed while writing left under dir/checkpoints:
 // "<name>.tmp" directories (never renamed into place, so never a checkpoint) and
 // "<name>.tmp.<pid>" files of processes no longer running (write_file_atomic's temporary name,
 // never renamed over its target).
 void remove_partial_checkpoints(const std::string& out_dir);
+// The checkpoint directory a path names: a checkpoint directory (it holds state.json) is
+// itself; the `latest` file a run keeps in OUT/checkpoints, that folder, or OUT itself name
+// the checkpoint `latest` points to (its last component, looked up beside `latest`, so the
+// run's working directory does not matter). Any other path comes back unchanged for the
+// caller to report; a `latest` naming no checkpoint directory is an error naming both.
+std::string resolve_checkpoint(const std::string& path);
 // The model file of a checkpoint dir, or the path itself when it is a .safetensors file.
 std::string model_file_of(const std::string& path);
 

@@ -13,8 +13,9 @@ namespace fs = std::filesystem;
 
 namespace forge {
 
-LoadedModel load_trained_model(const std::string& checkpoint, const std::string& config_path,
-                               int B, int T, const std::string& numerics) {
+LoadedModel load_trained_model(const std::string& path, const std::string& config_path, int B,
+                               int T, const std::string& numerics) {
+  const std::string checkpoint = resolve_checkpoint(path);
   LoadedModel lm;
   if (!config_path.empty()) {
     lm.config = load_config(config_path);
