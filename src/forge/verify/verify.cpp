@@ -200,17 +200,6 @@ void merge_dumps(const fs::path& a, const fs::path& b, const fs::path& out) {
 
 std::string fmt_seconds(double s) { return fmt::format("{:.1f} s", s); }
 
-}  // namespace
-
-// A program on PATH, as a path the process runner can exec directly.
-std::string find_on_path(const std::string& program) {
-  const char* path = std::getenv("PATH");
-  std::stringstream dirs(path ? path : "/usr/bin:/bin");
-  std::string dir;
-  while (std::getline(dirs, dir, ':'))
-    if (!dir.empty() && fs::exists(fs::path(dir) / program)) return (fs::path(dir) / program).string();
-  fail("{} is not on PATH (Debian: apt-get install openmpi-bin); the dp gate cannot run", program);
-}
 
 // A comparer report (report.json / calibration.json), parsed.
 nlohmann::json read_report(const std::string& path) {
@@ -225,6 +214,7 @@ nlohmann::json read_report(const std::string& path) {
 std::map<std::string, double> failing_tensors(const nlohmann::json& report,
                                               const std::string& required,
                                               const std::string& path) {
+  // The rungs from lowest to highest, as forge_ref/compare.py orders them (RUNGS).
   static const std::map<std::string, int> rank = {
       {"NONE", 0}, {"CONVERGENT", 1}, {"TOLERANCE", 2}, {"BITWISE", 3}};
   std::map<std::string, double> failing;
@@ -242,29 +232,35 @@ std::map<std::string, double> failing_tensors(const nlohmann::json& report,
   return failing;
 }
 
-// The report's calibration section: the second PyTorch against the reference, and which of
-// the engine's failures PyTorch shares.
-std::string calibration_section(const std::string& engine_json, const std::string& cal_json,
-                                const std::string& desc, const std::string& cal_md,
-                                nlohmann::json& summary) {
+// The report's calibration section: the second PyTorch against the reference (its comparer
+// report at cal_json, held to `required` like the engine's), and which of the engine's
+// failures (engine_report, read from engine_json) PyTorch shares.
+struct Calibration {
+  std::string md;          // the section of report.md
+  nlohmann::json summary;  // report.json's "calibration"
+};
+Calibration calibration_section(const nlohmann::json& engine_report, const std::string& engine_json,
+                                const std::string& cal_json, const std::string& required,
+                                const std::string& desc, const std::string& cal_md) {
   const nlohmann::json cal_report = read_report(cal_json);
-  std::string verdict, required;
+  std::string verdict;
   try {
     verdict = cal_report.at("verdict").get<std::string>();
-    required = cal_report.at("required").get<std::string>();
   } catch (const nlohmann::json::exception& e) {
     fail("{}: malformed comparer report: {}", cal_json, e.what());
   }
-  const auto engine = failing_tensors(read_report(engine_json), required, engine_json);
+  const auto engine = failing_tensors(engine_report, required, engine_json);
   const auto cal = failing_tensors(cal_report, required, cal_json);
   const auto rel = [](double v) { return v < 0 ? std::string("-") : fmt::format("{:.3e}", v); };
-  summary = {{"second_pytorch", desc},
-             {"verdict", verdict},
-             {"report", cal_json},
-             {"failing", cal.size()},
-             {"engine_failing", engine.size()},
-             {"shared", 0}};
-  std::string md = "\n## Calibration: PyTorch against itself\n\n";
+  Calibration out;
+  out.summary = {{"second_pytorch", desc},
+                 {"verdict", verdict},
+                 {"report", cal_json},
+                 {"failing", cal.size()},
+                 {"engine_failing", engine.size()},
+                 {"shared", 0}};
+  std::string& md = out.md;
+  md = "\n## Calibration: PyTorch against itself\n\n";
   md += fmt::format(
       "A second PyTorch, {}, trained from the same initial state and was compared "
       "with the reference under the same gate and bounds: **{}**, {} tensor(s) "
@@ -273,7 +269,7 @@ std::string calibration_section(const std::string& engine_json, const std::strin
       desc, verdict, cal.size(), required, cal_md);
   if (engine.empty()) {
     md += "The engine has no failing tensor.\n";
-    return md;
+    return out;
   }
   size_t shared = 0;
   std::string rows;
@@ -283,11 +279,24 @@ std::string calibration_section(const std::string& engine_json, const std::strin
     rows += fmt::format("| `{}` | {} | {} |\n", name, rel(e),
                         c != cal.end() ? rel(c->second) : std::string("passes"));
   }
-  summary["shared"] = shared;
+  out.summary["shared"] = shared;
   md += fmt::format("Of the engine's {} failing tensor(s), {} fail(s) in the calibration too:\n\n",
                     engine.size(), shared);
   md += "| tensor | engine rel_l2 | second PyTorch rel_l2 |\n| --- | ---: | ---: |\n" + rows;
-  return md;
+  return out;
+}
+
+}  // namespace
+
+// A program on PATH, as a path the process runner can exec directly.
+std::string find_on_path(const std::string& program) {
+  const char* path = std::getenv("PATH");
+  std::stringstream dirs(path ? path : "/usr/bin:/bin");
+  std::string dir;
+  while (std::getline(dirs, dir, ':'))
+    if (!dir.empty() && fs::exists(fs::path(dir) / program))
+      return (fs::path(dir) / program).string();
+  fail("{} is not on PATH (Debian: apt-get install openmpi-bin); the dp gate cannot run", program);
 }
 
 int run_verify(const VerifyOptions& o) {
@@ -442,37 +451,26 @@ int run_verify(const VerifyOptions& o) {
     r.run(fmt::format("engine trains {} step(s) with dumps", steps), "engine.log",
           with(engine_base, {"--init", init, "--out-dir", out("engine"), "--dump", out("engine-dump"),
                              "--dump-level", "2", "--dump-act-steps", act_steps}));
+    // A PyTorch run from the initial state with level-2 dumps: the reference, and under
+    // --calibrate a second one.
+    const auto train_with_dumps = [&](const std::string& python, const char* dump,
+                                      const char* log) {
+      const std::vector<std::string> argv = {
+          python, "-m", "forge_ref.train", "--config", config, "--init", init, "--steps", S,
+          "--dump", out(dump), "--dump-level", "2", "--dump-act-steps", act_steps, "--threads",
+          nthreads, "--log-out", out(log)};
+      return argv;
+    };
     r.run(fmt::format("reference trains {} step(s) with dumps", steps), "reference.log",
-          {ref_python, "-m", "forge_ref.train", "--config", config, "--init", init, "--steps", S,
-           "--dump", out("ref-dump"), "--dump-level", "2", "--dump-act-steps", act_steps,
-           "--threads", nthreads, "--log-out", out("reference.jsonl")},
-          py_env);
+          train_with_dumps(ref_python, "ref-dump", "reference.jsonl"), py_env);
     engine_side = out("engine-dump");
     ref_side = out("ref-dump");
     if (gate == "multistep") compare_extra = {"--plot", out("loss.png")};
     if (o.calibrate) {
       // A second PyTorch from the same initial state: another version's fp32 kernels for
       // fast, PyTorch's own CPU bf16 autocast for bf16.
-      std::vector<std::string> cal = {"-m",
-                                      "forge_ref.train",
-                                      "--config",
-                                      config,
-                                      "--init",
-                                      init,
-                                      "--steps",
-                                      S,
-                                      "--dump",
-                                      out("calibration-dump"),
-                                      "--dump-level",
-                                      "2",
-                                      "--dump-act-steps",
-                                      act_steps,
-                                      "--threads",
-                                      nthreads,
-                                      "--log-out",
-                                      out("calibration.jsonl")};
-      if (profile == "bf16") cal.insert(cal.end(), {"--autocast", "bf16"});
-      cal.insert(cal.begin(), calibration_python);
+      auto cal = train_with_dumps(calibration_python, "calibration-dump", "calibration.jsonl");
+      if (profile == "bf16") cal = with(cal, {"--autocast", "bf16"});
       r.run(fmt::format("second PyTorch trains {} step(s) with dumps (calibration)", steps),
             "calibration.log", cal, py_env);
     }
@@ -571,13 +569,19 @@ int run_verify(const VerifyOptions& o) {
                                            "--ref-log", out("reference.jsonl")});
   }
 
-  std::vector<std::string> cmp = {cmp_python, "-m", "forge_ref.compare", engine_side, ref_side,
-                                  "--gate", gate, "--profile", profile, "--required", required,
-                                  "--md", out("report.md"), "--json", out("report.json")};
-  cmp.insert(cmp.end(), compare_extra.begin(), compare_extra.end());
   // Non-bitwise profiles: the key third of c_attn.bias has an exactly zero true gradient, so
   // its updates are Adam-normalised rounding noise (see forge_ref.compare); still reported.
-  if (profile != "torch-cpu" && gate != "resume" && gate != "perf") cmp.push_back("--exempt-k-bias");
+  const bool exempt_k_bias = profile != "torch-cpu" && gate != "resume" && gate != "perf";
+  // The comparer on `side` against ref_side, under the gate's bounds.
+  const auto compare = [&](const std::string& side, const char* md, const char* json) {
+    std::vector<std::string> argv = {cmp_python, "-m", "forge_ref.compare", side, ref_side,
+                                     "--gate", gate, "--profile", profile, "--required", required,
+                                     "--md", out(md), "--json", out(json)};
+    if (exempt_k_bias) argv.push_back("--exempt-k-bias");
+    return argv;
+  };
+  std::vector<std::string> cmp = compare(engine_side, "report.md", "report.json");
+  cmp.insert(cmp.end(), compare_extra.begin(), compare_extra.end());
   Command c;
   c.argv = cmp;
   c.env = py_env;
@@ -591,30 +595,15 @@ int run_verify(const VerifyOptions& o) {
     fail("the comparer failed (exit status {}): {}", rc, last_nonempty_line(c.stderr_path));
   }
   r.phases.end();
-  std::string calibration_md;
-  nlohmann::json calibration_summary;
+  const nlohmann::json report = read_report(out("report.json"));
+  Calibration calibration;
   if (o.calibrate) {
-    std::vector<std::string> cal_cmp = {cmp_python,
-                                        "-m",
-                                        "forge_ref.compare",
-                                        out("calibration-dump"),
-                                        out("ref-dump"),
-                                        "--gate",
-                                        gate,
-                                        "--profile",
-                                        profile,
-                                        "--required",
-                                        required,
-                                        "--md",
-                                        out("calibration.md"),
-                                        "--json",
-                                        out("calibration.json"),
-                                        "--exempt-k-bias"};
     r.run("comparing the second PyTorch with the reference (calibration)",
-          "calibration-compare.log", cal_cmp, py_env, /*ok_up_to=*/1);
-    calibration_md =
-        calibration_section(out("report.json"), out("calibration.json"), calibration_desc,
-                            out("calibration.md"), calibration_summary);
+          "calibration-compare.log",
+          compare(out("calibration-dump"), "calibration.md", "calibration.json"), py_env,
+          /*ok_up_to=*/1);
+    calibration = calibration_section(report, out("report.json"), out("calibration.json"), required,
+                                      calibration_desc, out("calibration.md"));
   }
   write_text_atomic(out("commands.sh"), "#!/bin/sh\n# what forge verify ran, in order\n" + r.commands);
 
@@ -642,19 +631,19 @@ int run_verify(const VerifyOptions& o) {
   run_md += fmt::format("- run time: {}; total {}\n", times, fmt_seconds(total));
   run_md += fmt::format("- commands: `{}`\n", out("commands.sh"));
   std::string md = read_file_or_empty(out("report.md"));
-  md += calibration_md;
+  md += calibration.md;
   md += run_md;
   write_text_atomic(out("report.md"), md);
 
   try {
-    nlohmann::json rep = nlohmann::json::parse(read_text_file(out("report.json")));
+    nlohmann::json rep = report;
     nlohmann::json phases = nlohmann::json::array();
     for (const auto& [name, s] : r.phases.times()) phases.push_back({{"phase", name}, {"seconds", s}});
     rep["run"] = {{"config", o.config}, {"config_used", config}, {"steps", steps},
                   {"threads", threads}, {"aten_cpu_capability", aten}, {"engine", self},
                   {"reference_python", vs_reference ? ref_python : ""},
                   {"torch", torch_version}, {"phases", phases}, {"total_seconds", total}};
-    if (o.calibrate) rep["calibration"] = calibration_summary;
+    if (o.calibrate) rep["calibration"] = calibration.summary;
     write_text_atomic(out("report.json"), rep.dump(1) + "\n");
   } catch (const nlohmann::json::exception& e) {
     fail("{}: malformed comparer report: {}", out("report.json"), e.what());
