@@ -29,7 +29,6 @@ class Gpt2 final : public Model {
   void backward(float dloss, float* grads) override;
   const float* logits() const override { return logits_; }
 
-  void set_recorder(ActivationRecorder* r) override { recorder_ = r; }
 
   bool has_kv_cache() const override { return true; }
   void reset_kv_cache() override {}
@@ -47,14 +46,6 @@ class Gpt2 final : public Model {
     float *qkv_saved, *attn_proj_saved, *fc_saved, *mlp_proj_saved;
   };
   LayerParams layer_params(float* base, int l) const;  // params or grads
-  // record_to (model.h) with this model's recorder.
-  void record(std::string_view name, const float* data, std::initializer_list<int64_t> shape) {
-    record_to(recorder_, name, data, shape);
-  }
-  void record(LayerDumpName where, std::string_view name, const float* data,
-              std::initializer_list<int64_t> shape) {
-    record_to(recorder_, where, name, data, shape);
-  }
 
   ModelConfig config_;
   int maxB_, maxT_;
@@ -76,7 +67,6 @@ class Gpt2 final : public Model {
   FloatBuffer kv_cache_, decode_arena_;
   int B_ = 0, T_ = 0;
   bool has_targets_ = false;
-  ActivationRecorder* recorder_ = nullptr;
 };
 
 }  // namespace forge

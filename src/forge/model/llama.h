@@ -31,7 +31,6 @@ class Llama final : public Model {
   void backward(float dloss, float* grads) override;
   const float* logits() const override { return logits_; }
 
-  void set_recorder(ActivationRecorder* r) override { recorder_ = r; }
 
  private:
   struct LayerParams {
@@ -45,14 +44,6 @@ class Llama final : public Model {
     float *ln1_saved, *o_saved, *ln2_saved, *down_saved;
   };
   LayerParams layer_params(float* base, int l) const;  // params or grads
-  // record_to (model.h) with this model's recorder.
-  void record(std::string_view name, const float* data, std::initializer_list<int64_t> shape) {
-    record_to(recorder_, name, data, shape);
-  }
-  void record(LayerDumpName where, std::string_view name, const float* data,
-              std::initializer_list<int64_t> shape) {
-    record_to(recorder_, where, name, data, shape);
-  }
 
   ModelConfig config_;
   int maxB_, maxT_;
@@ -76,7 +67,6 @@ class Llama final : public Model {
   float *d_gate_, *d_up_, *d_act_, *d_logits_;
   int B_ = 0, T_ = 0;
   bool has_targets_ = false;
-  ActivationRecorder* recorder_ = nullptr;
 };
 
 }  // namespace forge

@@ -8,16 +8,15 @@
 
 namespace forge {
 
-void record_to(ActivationRecorder* recorder, std::string_view name, const float* data,
-               std::initializer_list<int64_t> shape) {
-  if (recorder) recorder->record(std::string(name), data, std::vector<int64_t>(shape));
+void Model::record(std::string_view name, const float* data, std::initializer_list<int64_t> shape) {
+  if (recorder_) recorder_->record(std::string(name), data, std::vector<int64_t>(shape));
 }
 
-void record_to(ActivationRecorder* recorder, LayerDumpName where, std::string_view name,
-               const float* data, std::initializer_list<int64_t> shape) {
-  if (recorder)
-    recorder->record(fmt::format("{}.h.{}.{}", where.kind, where.layer, name), data,
-                     std::vector<int64_t>(shape));
+void Model::record(LayerDumpName where, std::string_view name, const float* data,
+                   std::initializer_list<int64_t> shape) {
+  if (recorder_)
+    recorder_->record(fmt::format("{}.h.{}.{}", where.kind, where.layer, name), data,
+                      std::vector<int64_t>(shape));
 }
 
 std::unique_ptr<Model> make_model(const ModelConfig& config, int B, int T, Numerics& numerics) {

@@ -29,13 +29,6 @@ struct LayerDumpName {
   int layer;
 };
 
-// Hands a tensor to `recorder` when one listens. The name and the shape are built only then:
-// a step without a recorder allocates nothing.
-void record_to(ActivationRecorder* recorder, std::string_view name, const float* data,
-               std::initializer_list<int64_t> shape);
-void record_to(ActivationRecorder* recorder, LayerDumpName where, std::string_view name,
-               const float* data, std::initializer_list<int64_t> shape);
-
 class Model {
  public:
   virtual ~Model() = default;
@@ -55,7 +48,8 @@ class Model {
   // [B, T, Vp] logits of the last forward; a backward since has overwritten them with their
   // gradient (the two share one buffer).
   virtual const float* logits() const = 0;
-  virtual void set_recorder(ActivationRecorder* r) = 0;
+  // Where forward and backward hand their intermediate tensors (null: nowhere).
+  void set_recorder(ActivationRecorder* r) { recorder_ = r; }
 
   // Incremental decoding with a key/value cache (sampling). A family without one returns
   // false and generation recomputes the whole window for every token.
@@ -68,6 +62,16 @@ class Model {
     (void)pos;
     return nullptr;
   }
+
+ protected:
+  // Hands a tensor to the recorder when one listens. The name and the shape are built only
+  // then: a step without a recorder allocates nothing.
+  void record(std::string_view name, const float* data, std::initializer_list<int64_t> shape);
+  void record(LayerDumpName where, std::string_view name, const float* data,
+              std::initializer_list<int64_t> shape);
+
+ private:
+  ActivationRecorder* recorder_ = nullptr;
 };
 
 // Builds the model of config.family with buffers planned for B x T micro-batches.
