@@ -358,22 +358,28 @@ template <int NV>
   for (int v = 0; v < NV; ++v) s[v] = simd::exp(_mm512_sub_ps(s[v], shift));
 }
 
-// bf16(a) . b. Backward's D_i = dO_i . out_i must see dO as dP = bf16(dO) bf16(V)^T does:
-// softmax's gradient needs sum_j P_ij (dP_ij - D_i) = 0, and with D from the unrounded dO
-// each row kept a residue (bf16(dO_i) - dO_i) . out_i, which dQ_i = scale sum_j dS_ij K_j
-// carried along the row's mean key. Over training steps that residue accumulated in Wq and
-// Wk: on a Llama config of awkward sizes, 8 steps took layer 1's query gradient 0.068-0.19
-// (rel_l2) from fp32, 2.2-2.6x PyTorch autocast's drift; with D from bf16(dO), 0.020-0.049,
-// below autocast's (three seeds).
-inline float dot_rounded_first(const float* a, const float* b, int n) {
+// D_i = bf16(dO_i) . out_i, with bf16(dO_i) read from the row of pairs pack_rows wrote for
+// dP = bf16(dO) bf16(V)^T: D must see dO as dP does. Softmax's gradient needs
+// sum_j P_ij (dP_ij - D_i) = 0, and with D from the unrounded dO each row kept a residue
+// (bf16(dO_i) - dO_i) . out_i, which dQ_i = scale sum_j dS_ij K_j carried along the row's
+// mean key. Over training steps that residue accumulated in Wq and Wk: on a Llama config of
+// awkward sizes, 8 steps took layer 1's query gradient 0.068-0.19 (rel_l2) from fp32,
+// 2.2-2.6x PyTorch autocast's drift; with D from bf16(dO), 0.020-0.049, below autocast's
+// (three seeds). Reading the pack, not rounding dO again, also gives the tail of a head
+// dimension that is not a multiple of 16 the pack's rounding (which flushes denormals).
+inline float dot_bf16_row(const uint32_t* pairs, const float* b, int n) {
   __m512 acc = _mm512_setzero_ps();
   int d = 0;
   for (; d + 16 <= n; d += 16) {
-    const __m512 ra = _mm512_cvtpbh_ps(_mm512_cvtneps_pbh(_mm512_loadu_ps(a + d)));
-    acc = _mm512_fmadd_ps(ra, _mm512_loadu_ps(b + d), acc);
+    const __m256i bits = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(pairs + d / 2));
+    const __m512 a = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(bits), 16));
+    acc = _mm512_fmadd_ps(a, _mm512_loadu_ps(b + d), acc);
   }
   float r = _mm512_reduce_add_ps(acc);
-  for (; d < n; ++d) r += scalar::bf16_round(a[d]) * b[d];
+  for (; d < n; ++d) {  // fused multiply-adds, like the lanes above
+    const uint16_t bits = static_cast<uint16_t>(word(pairs + d / 2) >> (16 * (d & 1)));
+    r = std::fma(scalar::bf16_to_float(bits), b[d], r);
+  }
   return r;
 }
 
@@ -548,8 +554,8 @@ void backward_core(float* dq, float* dk, float* dv, const float* dout, const flo
           for (int i0 = 0; i0 < T; i0 += kQTile) {
             const int nq = std::min(kQTile, T - i0), nq2 = (nq + 1) / 2;
             for (int r = 0; r < nq; ++r)
-              delta[r] = dot_rounded_first(dobase + (i0 + r) * L.out_stride,
-                                           obase + (i0 + r) * L.out_stride, hd);
+              delta[r] = dot_bf16_row(pk.dout_rows + static_cast<size_t>(i0 + r) * g.hp2,
+                                      obase + (i0 + r) * L.out_stride, hd);
             std::fill(tl.acc, tl.acc + nq * hd, 0.0f);
             const uint32_t* q_tile = pk.q_rows + static_cast<size_t>(i0) * g.hp2;
             const uint32_t* dout_tile = pk.dout_rows + static_cast<size_t>(i0) * g.hp2;
