@@ -133,5 +133,22 @@ TEST(GradCheck, WholeModelMatchesFiniteDifferencesInFloat64) {
       [&](const std::vector<double>& p) { return ref.loss(p); }, opt);
 }
 
+// The bf16 profile plans an operand slot for each linear layer's weight: four per layer and
+// the LM head's, wte (tied); wpe and the norms' tensors are not multiplied by a linear layer.
+TEST(Gpt2Model, DeclaresEveryLinearWeight) {
+  Tiny tiny;
+  auto nx = make_numerics("fast");
+  Gpt2 model(tiny.cfg, tiny.B, tiny.T, *nx);
+  size_t floats = 0;
+  for (const auto& p : model.layout().tensors()) {
+    const bool linear = p.name == "transformer.wte.weight" || p.name.ends_with("c_attn.weight") ||
+                        p.name.ends_with("c_proj.weight") || p.name.ends_with("c_fc.weight");
+    EXPECT_EQ(p.linear, linear) << p.name;
+    if (linear) floats += p.numel;
+  }
+  EXPECT_EQ(model.layout().linear_weights(), 4 * tiny.cfg.n_layer + 1);
+  EXPECT_EQ(model.layout().linear_weight_floats(), floats);
+}
+
 }  // namespace
 }  // namespace forge

@@ -190,7 +190,14 @@ TEST(LlamaModel, ParametersHaveHuggingFaceNamesShapesAndInit) {
     EXPECT_EQ(t[10 + i].shape, layer1[i].second) << layer1[i].first;
     EXPECT_FALSE(t[10 + i].file_transposed) << "nn.Linear layout in files too";
     EXPECT_EQ(t[10 + i].decay, layer1[i].second.size() == 2) << layer1[i].first;
+    // What the bf16 profile plans an operand slot for: every weight a linear layer multiplies.
+    EXPECT_EQ(t[10 + i].linear, layer1[i].second.size() == 2) << layer1[i].first;
   }
+  EXPECT_FALSE(t[0].linear) << "the embedding is only looked up";
+  EXPECT_TRUE(t.back().linear) << "the LM head";
+  EXPECT_EQ(model.layout().linear_weights(), 7 * 3 + 1);
+  EXPECT_EQ(model.layout().linear_weight_floats(),
+            size_t(3) * (2 * 128 * 128 + 2 * 32 * 128 + 3 * 352 * 128) + 256 * 128);
   EXPECT_EQ(t[t.size() - 2].name, "model.norm.weight");
   EXPECT_EQ(t.back().name, "lm_head.weight");
   EXPECT_EQ(t.back().shape, (std::vector<int64_t>{256, 128}));

@@ -515,10 +515,10 @@ void backward_on(float* dinp, float* dweight, float* dbias, const float* dout, c
 }
 
 template <typename Path>
-size_t scratch_floats(int N, int IC, int OC) {
+size_t scratch_floats(int N, int IC, int OC, bool weight_operand_given) {
   const size_t g = operand_floats<Path>(static_cast<size_t>(N) * OC);
-  return (Path::kTransposedGradient ? 2 : 1) * g + saved_floats<Path>(N, IC) +
-         operand_floats<Path>(static_cast<size_t>(OC) * IC);
+  const size_t w = weight_operand_given ? 0 : operand_floats<Path>(static_cast<size_t>(OC) * IC);
+  return (Path::kTransposedGradient ? 2 : 1) * g + saved_floats<Path>(N, IC) + w;
 }
 
 }  // namespace
@@ -529,10 +529,10 @@ size_t bf16_linear_saved_floats(int N, int IC, int OC) {
                                  : saved_floats<RoundedFp32>(N, IC);
 }
 
-size_t bf16_linear_scratch_floats(int N, int IC, int OC) {
-  // Room for dout's, inp's and weight's operands.
-  return native_bf16_available() ? scratch_floats<NativeBf16>(N, IC, OC)
-                                 : scratch_floats<RoundedFp32>(N, IC, OC);
+size_t bf16_linear_scratch_floats(int N, int IC, int OC, bool weight_operand_given) {
+  // Room for dout's, inp's and (unless the caller keeps it) the weight's operands.
+  return native_bf16_available() ? scratch_floats<NativeBf16>(N, IC, OC, weight_operand_given)
+                                 : scratch_floats<RoundedFp32>(N, IC, OC, weight_operand_given);
 }
 
 size_t bf16_operand_floats(size_t n) {

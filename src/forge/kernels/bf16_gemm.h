@@ -82,8 +82,9 @@ void gemm_bf16(bool transA, bool transB, int M, int N, int K, const uint16_t* A,
                const uint16_t* B, int ldb, float beta, float* C, int ldc,
                const float* bias = nullptr);
 
-// Scratch the two linear kernels need, in floats, for shapes up to N x IC x OC.
-size_t bf16_linear_scratch_floats(int N, int IC, int OC);
+// Scratch the two linear kernels need, in floats, for shapes up to N x IC x OC; less when
+// every call passes a weight_operand (below), which then needs no room here.
+size_t bf16_linear_scratch_floats(int N, int IC, int OC, bool weight_operand_given = false);
 // What forward keeps for backward, in floats: its converted inp (packed bf16 on the native
 // path, half the floats), so that backward does not convert it again.
 size_t bf16_linear_saved_floats(int N, int IC, int OC);
@@ -93,7 +94,8 @@ size_t bf16_linear_saved_floats(int N, int IC, int OC);
 size_t bf16_operand_floats(size_t n);
 
 // kernels/linear.h's forward and backward with bf16-rounded operands, fp32 accumulation.
-// scratch: bf16_linear_scratch_floats(N, IC, OC) floats, not aliasing any argument.
+// scratch: bf16_linear_scratch_floats(N, IC, OC, weight_operand != nullptr) floats, not
+// aliasing any argument.
 // saved: bf16_linear_saved_floats(N, IC, OC) floats, or null: forward then keeps nothing, and
 // backward converts inp itself. Backward's inp must be forward's.
 // inp_in_saved: saved already holds inp's conversion (a forward of the same inp filled it).

@@ -25,21 +25,22 @@ Gpt2::Gpt2(const ModelConfig& config, int B, int T, Numerics& numerics)
   FORGE_CHECK(T <= config.block_size, "T={} exceeds block_size={}", T, config.block_size);
 
   // Parameters: one flat buffer, named views in Hugging Face's names.
-  wte_ = layout_.add("transformer.wte.weight", {Vp, C}, false, true);
+  // wte is both the token embedding and the LM head's weight (tied).
+  wte_ = layout_.add_linear_weight("transformer.wte.weight", {Vp, C}, false);
   wpe_ = layout_.add("transformer.wpe.weight", {config.block_size, C}, false, true);
   for (int l = 0; l < L; ++l) {
     const std::string p = "transformer.h." + std::to_string(l) + ".";
     layer_offsets_.push_back(layout_.add(p + "ln_1.weight", {C}, false, false));
     layout_.add(p + "ln_1.bias", {C}, false, false);
-    layout_.add(p + "attn.c_attn.weight", {3 * C, C}, true, true);
+    layout_.add_linear_weight(p + "attn.c_attn.weight", {3 * C, C}, true);
     layout_.add(p + "attn.c_attn.bias", {3 * C}, false, false);
-    layout_.add(p + "attn.c_proj.weight", {C, C}, true, true);
+    layout_.add_linear_weight(p + "attn.c_proj.weight", {C, C}, true);
     layout_.add(p + "attn.c_proj.bias", {C}, false, false);
     layout_.add(p + "ln_2.weight", {C}, false, false);
     layout_.add(p + "ln_2.bias", {C}, false, false);
-    layout_.add(p + "mlp.c_fc.weight", {4 * C, C}, true, true);
+    layout_.add_linear_weight(p + "mlp.c_fc.weight", {4 * C, C}, true);
     layout_.add(p + "mlp.c_fc.bias", {4 * C}, false, false);
-    layout_.add(p + "mlp.c_proj.weight", {C, 4 * C}, true, true);
+    layout_.add_linear_weight(p + "mlp.c_proj.weight", {C, 4 * C}, true);
     layout_.add(p + "mlp.c_proj.bias", {C}, false, false);
   }
   lnf_w_ = layout_.add("transformer.ln_f.weight", {C}, false, false);
@@ -105,9 +106,8 @@ Gpt2::Gpt2(const ModelConfig& config, int B, int T, Numerics& numerics)
   shape.B = B; shape.T = T; shape.C = C; shape.NH = config.n_head;
   shape.V = config.vocab_size; shape.Vp = Vp; shape.L = L;
   shape.n_kv_head = config.n_head; shape.head_dim = config.head_dim(); shape.ffn = 4 * C;
-  // c_attn, attn.c_proj, c_fc and mlp.c_proj per layer, and the LM head (wte)
-  shape.linear_weights = 4 * L + 1;
-  shape.linear_weight_floats = static_cast<size_t>(L * 12 * C * C + Vp * C);
+  shape.linear_weights = layout_.linear_weights();
+  shape.linear_weight_floats = layout_.linear_weight_floats();
   nx_.plan(shape);
 }
 

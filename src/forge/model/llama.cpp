@@ -43,18 +43,18 @@ Llama::Llama(const ModelConfig& config, int B, int T, Numerics& numerics)
   for (int l = 0; l < L; ++l) {
     const std::string p = "model.layers." + std::to_string(l) + ".";
     layer_first_.push_back(layout_.tensors().size());
-    layout_.add(p + "self_attn.q_proj.weight", {Dq_, C}, false, true);
-    layout_.add(p + "self_attn.k_proj.weight", {Dkv_, C}, false, true);
-    layout_.add(p + "self_attn.v_proj.weight", {Dkv_, C}, false, true);
-    layout_.add(p + "self_attn.o_proj.weight", {C, Dq_}, false, true);
-    layout_.add(p + "mlp.gate_proj.weight", {F_, C}, false, true);
-    layout_.add(p + "mlp.up_proj.weight", {F_, C}, false, true);
-    layout_.add(p + "mlp.down_proj.weight", {C, F_}, false, true);
+    layout_.add_linear_weight(p + "self_attn.q_proj.weight", {Dq_, C}, false);
+    layout_.add_linear_weight(p + "self_attn.k_proj.weight", {Dkv_, C}, false);
+    layout_.add_linear_weight(p + "self_attn.v_proj.weight", {Dkv_, C}, false);
+    layout_.add_linear_weight(p + "self_attn.o_proj.weight", {C, Dq_}, false);
+    layout_.add_linear_weight(p + "mlp.gate_proj.weight", {F_, C}, false);
+    layout_.add_linear_weight(p + "mlp.up_proj.weight", {F_, C}, false);
+    layout_.add_linear_weight(p + "mlp.down_proj.weight", {C, F_}, false);
     layout_.add(p + "input_layernorm.weight", {C}, false, false);
     layout_.add(p + "post_attention_layernorm.weight", {C}, false, false);
   }
   norm_w_ = layout_.add("model.norm.weight", {C}, false, false);
-  head_w_ = layout_.add("lm_head.weight", {Vp, C}, false, true);
+  head_w_ = layout_.add_linear_weight("lm_head.weight", {Vp, C}, false);
   params_.resize(layout_.total_floats());
 
   // Activations: planned once for the largest micro-batch. Per layer, what backward reads;
@@ -126,10 +126,8 @@ Llama::Llama(const ModelConfig& config, int B, int T, Numerics& numerics)
   shape.V = config.vocab_size; shape.Vp = Vp; shape.L = L;
   shape.n_kv_head = KVH_; shape.head_dim = hd_; shape.ffn = F_;
   shape.llama = true;
-  // q, k, v, o, gate, up and down per layer, and the LM head
-  shape.linear_weights = 7 * L + 1;
-  shape.linear_weight_floats =
-      static_cast<size_t>(L * (2 * Dq_ * C + 2 * Dkv_ * C + 3 * F_ * C) + Vp * C);
+  shape.linear_weights = layout_.linear_weights();
+  shape.linear_weight_floats = layout_.linear_weight_floats();
   nx_.plan(shape);
   // Every sequence starts at position 0: one table for positions [0, block_size).
   nx_.rope_tables(rope_cos_, rope_sin_, config.block_size, hd_, config.rope_theta);

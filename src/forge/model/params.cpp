@@ -26,6 +26,14 @@ size_t ParamLayout::add(std::string name, std::vector<int64_t> shape, bool file_
   return tensors_.back().offset;
 }
 
+size_t ParamLayout::add_linear_weight(std::string name, std::vector<int64_t> shape,
+                                      bool file_transposed) {
+  FORGE_CHECK(shape.size() == 2, "linear weight '{}' must be 2-D", name);
+  const size_t offset = add(std::move(name), std::move(shape), file_transposed, true);
+  tensors_.back().linear = true;
+  return offset;
+}
+
 const ParamSpec& ParamLayout::find(const std::string& name) const {
   for (const auto& p : tensors_)
     if (p.name == name) return p;
@@ -35,6 +43,18 @@ const ParamSpec& ParamLayout::find(const std::string& name) const {
 size_t ParamLayout::numel() const {
   size_t n = 0;
   for (const auto& p : tensors_) n += p.numel;
+  return n;
+}
+
+int ParamLayout::linear_weights() const {
+  int n = 0;
+  for (const auto& p : tensors_) n += p.linear ? 1 : 0;
+  return n;
+}
+
+size_t ParamLayout::linear_weight_floats() const {
+  size_t n = 0;
+  for (const auto& p : tensors_) n += p.linear ? p.numel : 0;
   return n;
 }
 

@@ -18,6 +18,7 @@ struct ParamSpec {
   std::vector<int64_t> shape;   // engine layout: linear weights are [out, in]
   bool file_transposed = false; // stored [in, out] in checkpoints (HF Conv1D)
   bool decay = false;           // AdamW weight decay applies (2-D weights)
+  bool linear = false;          // a linear layer multiplies by it (y = x W^T)
   size_t offset = 0;            // into the flat buffer, in floats
   size_t numel = 0;
 
@@ -28,10 +29,15 @@ class ParamLayout {
  public:
   // Appends a tensor; offsets are aligned to 16 floats (64 bytes) for vector loads.
   size_t add(std::string name, std::vector<int64_t> shape, bool file_transposed, bool decay);
+  // A linear layer's weight [out, in] (decayed), declared as such so that a profile keeping
+  // something per weight through a step can plan for it (StepShape::linear_weights).
+  size_t add_linear_weight(std::string name, std::vector<int64_t> shape, bool file_transposed);
   const std::vector<ParamSpec>& tensors() const { return tensors_; }
   const ParamSpec& find(const std::string& name) const;  // throws naming the tensor
   size_t total_floats() const { return total_; }
   size_t numel() const;  // sum of tensor sizes (without alignment padding)
+  int linear_weights() const;           // tensors added by add_linear_weight
+  size_t linear_weight_floats() const;  // their elements
 
  private:
   std::vector<ParamSpec> tensors_;

@@ -43,16 +43,21 @@ class Bf16Numerics final : public Numerics {
     const int ffn = std::max(s.ffn, 4 * s.C);
     const int dq = s.NH * hd, dkv = kvh * hd;
     const int rows = s.B * s.T;
+    // With the model's weights planned, each has its operand slot and the scratch needs no
+    // room for one (on gpt2-124m that room would be the classifier's 77 MB).
+    slots_planned_ = s.linear_weights > 0;
     size_t need = 0;
     for (int oc : {s.C, 3 * s.C, ffn, 2 * ffn, s.Vp, dq, dkv, dq + 2 * dkv})
-      need = std::max(need, k::bf16_linear_scratch_floats(rows, s.C, oc));
-    for (int ic : {ffn, dq}) need = std::max(need, k::bf16_linear_scratch_floats(rows, ic, s.C));
+      need = std::max(need, k::bf16_linear_scratch_floats(rows, s.C, oc, slots_planned_));
+    for (int ic : {ffn, dq})
+      need = std::max(need, k::bf16_linear_scratch_floats(rows, ic, s.C, slots_planned_));
     scratch_.resize(need);
     // Each slot is rounded up to a cache line: at most 16 floats more per weight.
     weight_operands_.resize(k::bf16_operand_floats(s.linear_weight_floats) +
                             16 * static_cast<size_t>(s.linear_weights));
+    planned_weights_ = static_cast<size_t>(s.linear_weights);
     weight_slots_.clear();
-    weight_slots_.reserve(static_cast<size_t>(s.linear_weights));
+    weight_slots_.reserve(planned_weights_);
     if (bf16_attention_) {
       attention_threads_ = omp_get_max_threads();
       attention_workspace_.resize(k::attention_bf16_workspace_floats(s.T, hd, attention_threads_));
@@ -209,7 +214,7 @@ class Bf16Numerics final : public Numerics {
   // The planned scratch; a shape plan() did not foresee is a bug in the caller, reported
   // rather than silently allocating inside a step.
   float* scratch_for(int N, int IC, int OC) {
-    const size_t need = k::bf16_linear_scratch_floats(N, IC, OC);
+    const size_t need = k::bf16_linear_scratch_floats(N, IC, OC, slots_planned_);
     if (need > scratch_.size())
       fail("numerics 'bf16': linear layer {}x{}x{} needs {} scratch floats, plan() reserved {}",
            N, IC, OC, need, scratch_.size());
@@ -220,9 +225,12 @@ class Bf16Numerics final : public Numerics {
   // follows it: forward converts the weight there, backward reads it instead of converting
   // the weight again. A step changes no weight between its forward and backward (AdamW runs
   // after), and every forward converts afresh, so the copy is never stale. Slots are found by
-  // the weight's address; a forward of a weight beyond the planned slots (not one of the
-  // model's layers) gets none, and converts into the scratch as backward then does too.
+  // the weight's address, handed out at a weight's first forward. Planned for the model's
+  // linear weights (ParamLayout::add_linear_weight), a weight without a slot is an error (its
+  // operand has no room in the scratch); a caller that planned none (linear_weights 0) gets
+  // null, and the kernels convert every weight into the scratch.
   float* weight_slot(const float* weight, int IC, int OC, bool in_forward) {
+    if (!slots_planned_) return nullptr;
     const size_t floats = k::bf16_operand_floats(static_cast<size_t>(OC) * IC);
     for (const WeightSlot& slot : weight_slots_)
       if (slot.weight == weight) {
@@ -233,9 +241,13 @@ class Bf16Numerics final : public Numerics {
       }
     const size_t used =
         weight_slots_.empty() ? 0 : weight_slots_.back().offset + weight_slots_.back().floats;
-    if (!in_forward || weight_slots_.size() == weight_slots_.capacity() ||
-        used + floats > weight_operands_.size())
-      return nullptr;
+    if (!in_forward)
+      fail("numerics 'bf16': backward of a {}x{} linear layer whose weight had no forward", OC, IC);
+    if (weight_slots_.size() == planned_weights_ || used + floats > weight_operands_.size())
+      fail(
+          "numerics 'bf16': a {}x{} linear weight beyond the {} planned ({} operand floats); "
+          "is it declared with ParamLayout::add_linear_weight?",
+          OC, IC, planned_weights_, weight_operands_.size());
     weight_slots_.push_back({weight, used, floats});
     return weight_operands_.data() + used;
   }
@@ -263,6 +275,8 @@ class Bf16Numerics final : public Numerics {
   };
   FloatBuffer weight_operands_;
   std::vector<WeightSlot> weight_slots_;
+  size_t planned_weights_ = 0;
+  bool slots_planned_ = false;
   int attention_threads_ = 0;
 };
 

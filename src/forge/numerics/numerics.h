@@ -27,7 +27,8 @@ struct StepShape {
   int n_kv_head = 0, head_dim = 0, ffn = 0;
   bool llama = false;  // the Llama-family ops (RMSNorm, RoPE, SwiGLU, GQA) run, not GPT-2's
   // The model's linear layers (their distinct weights) and those weights' floats in all, for
-  // a profile that keeps something per weight through a step.
+  // a profile that keeps something per weight through a step (bf16: each weight's operand).
+  // Zero when the caller plans none.
   int linear_weights = 0;
   size_t linear_weight_floats = 0;
 };
