@@ -122,8 +122,9 @@ verify_gate() {
   shift 4
   local out="v-$gate-$profile-${cfg%.json}"
   set +e
+  # VERIFY_ARGS: more options for forge verify (word-split), e.g. --calibrate
   "$FORGE" verify --gate "$gate" --profile "$profile" --config "$cfg" --source-dir "$SRC" \
-    --out "$out" >"$out.out" 2>"$out.err"
+    --out "$out" ${VERIFY_ARGS:-} >"$out.out" 2>"$out.err"
   rc=$?
   set -e
   last=$(tail -n 1 "$out.out")

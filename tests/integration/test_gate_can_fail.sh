@@ -59,7 +59,7 @@ c = json.load(open(sys.argv[1]))["calibration"]
 assert c["verdict"] in ("TOLERANCE", "BITWISE") and c["shared"] == 0 and c["engine_failing"] > 0, c
 PYEOF
 echo "ok: --calibrate: the bug's failure is the engine's own (PyTorch 1.13 vs 2.13 passes)"
-expect_error "--calibrate under torch-cpu" "--calibrate: expected the alignment or multistep gate of fast or bf16" \
+expect_error "--calibrate under torch-cpu" "--calibrate: expected the alignment, multistep or dp gate of fast or bf16" \
   "$FORGE" verify --gate alignment --profile torch-cpu --config tiny.json --source-dir "$SRC" --calibrate
 expect_error "--calibrate on the perf gate" "--calibrate: expected" \
   "$FORGE" verify --gate perf --profile fast --config tiny.json --source-dir "$SRC" --calibrate

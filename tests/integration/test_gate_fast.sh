@@ -29,5 +29,12 @@ verify_gate alignment fast tiny.json 'TOLERANCE|BITWISE'
 verify_gate multistep fast tiny.json 'TOLERANCE|BITWISE' loss.png
 verify_gate resume fast tiny.json 'BITWISE'
 verify_gate long-horizon fast ci-long.json 'CONVERGENT|TOLERANCE|BITWISE' loss.png
-verify_gate dp fast tiny.json 'TOLERANCE|BITWISE'
+# With --calibrate, a second PyTorch (Debian's 1.13) also trains on the dp gate's global batch
+# and is held to the same bounds: what the engine's failures would share with PyTorch itself.
+VERIFY_ARGS=--calibrate verify_gate dp fast tiny.json 'TOLERANCE|BITWISE' calibration.md calibration.json
+grep -q '^## Calibration: PyTorch against itself' v-dp-fast-tiny/report.md ||
+  fail "dp --calibrate: report.md lacks the calibration section"
+"$PY" -c 'import json, sys; c = json.load(open(sys.argv[1]))["calibration"]; assert c["verdict"] in ("BITWISE", "TOLERANCE", "NONE") and "1.13" in c["second_pytorch"], c' \
+  v-dp-fast-tiny/report.json || fail "dp --calibrate: report.json's calibration summary"
+echo "ok: dp --calibrate: PyTorch 1.13 against the reference: $("$PY" -c 'import json, sys; c = json.load(open(sys.argv[1]))["calibration"]; print(c["verdict"], c["failing"], "failing tensor(s)")' v-dp-fast-tiny/report.json)"
 verify_gate perf fast ci-long.json 'SURPASS' loss.png

@@ -28,10 +28,11 @@ void register_verify(CLI::App& app) {
                   "reference interpreter (default: .venv/bin/python; /usr/bin/python3 for torch-cpu)");
   cmd->add_option("--source-dir", o->source_dir,
                   "checkout holding reference/ (default: found above the binary or the cwd)");
-  cmd->add_flag("--calibrate", o->calibrate,
-                "alignment/multistep of fast and bf16: also compare a second PyTorch run (torch "
-                "1.13 for fast, bf16 autocast for bf16) with the reference, to tell a failure "
-                "PyTorch shares with itself from one it does not; the verdict stays the engine's");
+  cmd->add_flag(
+      "--calibrate", o->calibrate,
+      "alignment, multistep and dp of fast and bf16: also compare a second PyTorch run (torch "
+      "1.13 for fast, bf16 autocast for bf16) with the reference, to tell a failure "
+      "PyTorch shares with itself from one it does not; the verdict stays the engine's");
   cmd->add_option("--calibration-python", o->calibration_python,
                   "the second PyTorch for --calibrate under fast (default /usr/bin/python3)");
   cmd->callback([o] {

@@ -312,11 +312,13 @@ int run_verify(const VerifyOptions& o) {
   if (profile != "fast" && profile != "torch-cpu" && profile != "bf16")
     fail("--profile: expected fast | torch-cpu | bf16, got '{}'", profile);
   const std::string required = required_rung(gate, profile);
-  if (o.calibrate && ((gate != "alignment" && gate != "multistep") || profile == "torch-cpu"))
-    fail("--calibrate: expected the alignment or multistep gate of fast or bf16, got {} of {}{}",
-         gate, profile,
-         profile == "torch-cpu" ? " (torch-cpu is held to BITWISE against PyTorch 1.13 itself)"
-                                : "");
+  if (o.calibrate &&
+      ((gate != "alignment" && gate != "multistep" && gate != "dp") || profile == "torch-cpu"))
+    fail(
+        "--calibrate: expected the alignment, multistep or dp gate of fast or bf16, got {} of {}{}",
+        gate, profile,
+        profile == "torch-cpu" ? " (torch-cpu is held to BITWISE against PyTorch 1.13 itself)"
+                               : "");
   if (!o.calibration_python.empty() && !(o.calibrate && profile == "fast"))
     fail("--calibration-python: only with --calibrate under the fast profile");
 
@@ -441,6 +443,25 @@ int run_verify(const VerifyOptions& o) {
     return a;
   };
 
+  // A PyTorch run from the initial state with dumps (`dump_args`): the reference, and under
+  // --calibrate a second one, run by calibrate().
+  const auto pytorch_run = [&](const std::string& python, const char* dump, const char* log,
+                               std::vector<std::string> dump_args, const std::string& threads) {
+    std::vector<std::string> argv = {python, "-m", "forge_ref.train", "--config", config,
+                                     "--init", init, "--steps", S, "--dump", out(dump)};
+    argv.insert(argv.end(), dump_args.begin(), dump_args.end());
+    return with(argv, {"--threads", threads, "--log-out", out(log)});
+  };
+  // The second PyTorch, from the same initial state: another version's fp32 kernels for
+  // fast, PyTorch's own CPU bf16 autocast for bf16.
+  const auto calibrate = [&](std::vector<std::string> dump_args, const std::string& threads) {
+    auto cal = pytorch_run(calibration_python, "calibration-dump", "calibration.jsonl",
+                           std::move(dump_args), threads);
+    if (profile == "bf16") cal = with(cal, {"--autocast", "bf16"});
+    r.run(fmt::format("second PyTorch trains {} step(s) with dumps (calibration)", steps),
+          "calibration.log", cal, py_env);
+  };
+
   std::string engine_side, ref_side, dump_desc;
   std::vector<std::string> compare_extra;
   if (gate == "alignment" || gate == "multistep") {
@@ -451,29 +472,13 @@ int run_verify(const VerifyOptions& o) {
     r.run(fmt::format("engine trains {} step(s) with dumps", steps), "engine.log",
           with(engine_base, {"--init", init, "--out-dir", out("engine"), "--dump", out("engine-dump"),
                              "--dump-level", "2", "--dump-act-steps", act_steps}));
-    // A PyTorch run from the initial state with level-2 dumps: the reference, and under
-    // --calibrate a second one.
-    const auto train_with_dumps = [&](const std::string& python, const char* dump,
-                                      const char* log) {
-      const std::vector<std::string> argv = {
-          python, "-m", "forge_ref.train", "--config", config, "--init", init, "--steps", S,
-          "--dump", out(dump), "--dump-level", "2", "--dump-act-steps", act_steps, "--threads",
-          nthreads, "--log-out", out(log)};
-      return argv;
-    };
+    const std::vector<std::string> level2 = {"--dump-level", "2", "--dump-act-steps", act_steps};
     r.run(fmt::format("reference trains {} step(s) with dumps", steps), "reference.log",
-          train_with_dumps(ref_python, "ref-dump", "reference.jsonl"), py_env);
+          pytorch_run(ref_python, "ref-dump", "reference.jsonl", level2, nthreads), py_env);
     engine_side = out("engine-dump");
     ref_side = out("ref-dump");
     if (gate == "multistep") compare_extra = {"--plot", out("loss.png")};
-    if (o.calibrate) {
-      // A second PyTorch from the same initial state: another version's fp32 kernels for
-      // fast, PyTorch's own CPU bf16 autocast for bf16.
-      auto cal = train_with_dumps(calibration_python, "calibration-dump", "calibration.jsonl");
-      if (profile == "bf16") cal = with(cal, {"--autocast", "bf16"});
-      r.run(fmt::format("second PyTorch trains {} step(s) with dumps (calibration)", steps),
-            "calibration.log", cal, py_env);
-    }
+    if (o.calibrate) calibrate(level2, nthreads);
   } else if (gate == "resume") {
     const int half = steps / 2;
     dump_desc = fmt::format("level 1 at every step; split at step {}", half);
@@ -527,11 +532,12 @@ int run_verify(const VerifyOptions& o) {
            "dp", "--profile", profile, "--required", "BITWISE", "--md", out("dp-vs-single.md"),
            "--json", out("dp-vs-single.json")},
           py_env);
+    // The reference on the single process's config (the same global batch in the same
+    // micro-batches), one thread.
     r.run(fmt::format("reference trains {} step(s) with dumps", steps), "reference.log",
-          {ref_python, "-m", "forge_ref.train", "--config", config, "--init", init, "--steps", S,
-           "--dump", out("ref-dump"), "--dump-level", "1", "--threads", "1", "--log-out",
-           out("reference.jsonl")},
+          pytorch_run(ref_python, "ref-dump", "reference.jsonl", {"--dump-level", "1"}, "1"),
           py_env);
+    if (o.calibrate) calibrate({"--dump-level", "1"}, "1");
     engine_side = out("dp-dump");
     ref_side = out("ref-dump");
   } else {  // long-horizon or perf
