@@ -372,7 +372,7 @@ inline float dot_bf16_row(const uint32_t* pairs, const float* b, int n) {
   int d = 0;
   for (; d + 16 <= n; d += 16) {
     const __m256i bits = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(pairs + d / 2));
-    const __m512 a = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(bits), 16));
+    const __m512 a = _mm512_cvtpbh_ps((__m256bh)bits);
     acc = _mm512_fmadd_ps(a, _mm512_loadu_ps(b + d), acc);
   }
   float r = _mm512_reduce_add_ps(acc);

@@ -59,9 +59,8 @@ Gpt2::Gpt2(const ModelConfig& config, int B, int T, Numerics& numerics)
                                    static_cast<int>(oc));
   };
   const bool inputs_per_layer = nx_.linear_backward_reads_input();
-  auto align = [](size_t n) { return (n + 15) / 16 * 16; };
-  // The plan, run twice: with `take` counting floats, then with it handing them out.
-  auto plan = [&](auto&& take) {
+  layers_.resize(L);
+  plan_arena(acts_arena_, [&](auto&& take) {
     embed_ = take(N * C);
     float* attn_proj = take(N * C);
     float* mlp_proj = take(N * C);
@@ -82,24 +81,17 @@ Gpt2::Gpt2(const ModelConfig& config, int B, int T, Numerics& numerics)
     }
     lnf_ = take(N * C); lnf_mean_ = take(N); lnf_rstd_ = take(N);
     logits_ = take(N * Vp); xent_saved_ = take(xent_saved); head_saved_ = take(lin_saved(C, Vp));
-  };
-  layers_.resize(L);
-  size_t acts_total = 0;
-  plan([&](size_t n) { acts_total += align(n); return static_cast<float*>(nullptr); });
-  acts_arena_.resize(acts_total);
-  float* cursor = acts_arena_.data();
-  auto take = [&](size_t n) { float* p = cursor; cursor += align(n); return p; };
-  plan(take);
-  FORGE_CHECK(cursor == acts_arena_.data() + acts_arena_.size(), "activation plan mismatch");
-
-  scratch_arena_.resize(align(N * C) * 4 + align(N * 3 * C) + align(N * 4 * C) * 2);
-  cursor = scratch_arena_.data();
-  d_res_ = take(N * C); d_tmp_ = take(N * C); d_ln_ = take(N * C); d_sdpa_ = take(N * C);
-  d_qkv_ = take(N * 3 * C); d_fc_ = take(N * 4 * C); d_gelu_ = take(N * 4 * C);
+  });
+  // Backward's scratch: gradients that live within one layer's backward.
+  plan_arena(scratch_arena_, [&](auto&& take) {
+    d_res_ = take(N * C); d_tmp_ = take(N * C); d_ln_ = take(N * C); d_sdpa_ = take(N * C);
+    d_qkv_ = take(N * 3 * C); d_fc_ = take(N * 4 * C); d_gelu_ = take(N * 4 * C);
+  });
   d_logits_ = logits_;  // overwritten in place by the classifier's backward
   tokens_.resize(N);
   targets_.resize(N);
   kv_cache_.resize(static_cast<size_t>(L) * 2 * T * C);
+  auto align = [](size_t n) { return (n + 15) / 16 * 16; };
   decode_arena_.resize(align(C) * 6 + align(3 * C) + align(4 * C) * 2 + align(Vp) + align(T));
 
   StepShape shape;

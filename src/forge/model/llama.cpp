@@ -69,12 +69,11 @@ Llama::Llama(const ModelConfig& config, int B, int T, Numerics& numerics)
                                    static_cast<int>(oc));
   };
   const bool inputs_per_layer = nx_.linear_backward_reads_input();
-  auto align = [](size_t n) { return (n + 15) / 16 * 16; };
   // The rotary tables cover the whole block, as the reference's do (their values do not
   // depend on it, but a profile's vector grouping may).
   const size_t rope_floats = nx_.rope_table_floats(config.block_size, hd_);
-  // The plan, run twice: with `take` counting floats, then with it handing them out.
-  auto plan = [&](auto&& take) {
+  layers_.resize(L);
+  plan_arena(acts_arena_, [&](auto&& take) {
     rope_cos_ = take(rope_floats);
     rope_sin_ = take(rope_floats);
     no_positions_ = take(static_cast<size_t>(T) * C);  // zeros: see forward()
@@ -98,26 +97,16 @@ Llama::Llama(const ModelConfig& config, int B, int T, Numerics& numerics)
     }
     norm_ = take(N * C); norm_rstd_ = take(N);
     logits_ = take(N * Vp); xent_saved_ = take(xent_saved); head_saved_ = take(lin_saved(C, Vp));
-  };
-  layers_.resize(L);
-  size_t acts_total = 0;
-  plan([&](size_t n) { acts_total += align(n); return static_cast<float*>(nullptr); });
-  acts_arena_.resize(acts_total);
-  float* cursor = acts_arena_.data();
-  auto take = [&](size_t n) { float* p = cursor; cursor += align(n); return p; };
-  plan(take);
-  FORGE_CHECK(cursor == acts_arena_.data() + acts_arena_.size(), "activation plan mismatch");
-
-  scratch_arena_.resize(align(N * C) * 4 + align(N * Dq_) * 5 + align(N * Dkv_) * 4 +
-                        align(N * F_) * 3);
-  cursor = scratch_arena_.data();
-  q_pre_ = take(N * Dq_); k_pre_ = take(N * Dkv_); branch_ = take(N * C);
-  d_res_ = take(N * C); d_tmp_ = take(N * C); d_ln_ = take(N * C);
-  d_sdpa_ = take(N * Dq_); d_qrot_ = take(N * Dq_); d_q_ = take(N * Dq_);
-  d_krot_ = take(N * Dkv_); d_k_ = take(N * Dkv_); d_v_ = take(N * Dkv_);
-  d_gate_ = take(N * F_); d_up_ = take(N * F_); d_act_ = take(N * F_);
+  });
+  // Step scratch: values that live within one op's forward or one layer's backward.
+  plan_arena(scratch_arena_, [&](auto&& take) {
+    q_pre_ = take(N * Dq_); k_pre_ = take(N * Dkv_); branch_ = take(N * C);
+    d_res_ = take(N * C); d_tmp_ = take(N * C); d_ln_ = take(N * C);
+    d_sdpa_ = take(N * Dq_); d_qrot_ = take(N * Dq_); d_q_ = take(N * Dq_);
+    d_krot_ = take(N * Dkv_); d_k_ = take(N * Dkv_); d_v_ = take(N * Dkv_);
+    d_gate_ = take(N * F_); d_up_ = take(N * F_); d_act_ = take(N * F_);
+  });
   d_logits_ = logits_;  // overwritten in place by the classifier's backward
-  FORGE_CHECK(cursor <= scratch_arena_.data() + scratch_arena_.size(), "scratch plan overflow");
   tokens_.resize(N);
   targets_.resize(N);
 

@@ -9,6 +9,8 @@
 #include <string_view>
 #include <vector>
 
+#include "forge/core/error.h"
+#include "forge/core/float_buffer.h"
 #include "forge/io/config.h"
 #include "forge/model/params.h"
 #include "forge/numerics/numerics.h"
@@ -22,6 +24,28 @@ class ActivationRecorder {
   virtual void record(const std::string& name, const float* data,
                       const std::vector<int64_t>& shape) = 0;
 };
+
+// Lays out `arena` from one plan: `plan(take)` runs twice, first with take(n) counting n
+// floats (each piece rounded up to 16, so every pointer is 64-byte aligned), then, the arena
+// sized to that count, with take(n) handing out consecutive pieces of it. The size cannot
+// drift from the layout. The arena is zero-filled.
+template <typename Plan>
+void plan_arena(FloatBuffer& arena, Plan&& plan) {
+  const auto align = [](size_t n) { return (n + 15) / 16 * 16; };
+  size_t total = 0;
+  plan([&](size_t n) {
+    total += align(n);
+    return static_cast<float*>(nullptr);
+  });
+  arena.resize(total);
+  float* cursor = arena.data();
+  plan([&](size_t n) {
+    float* p = cursor;
+    cursor += align(n);
+    return p;
+  });
+  FORGE_CHECK(cursor == arena.data() + arena.size(), "arena plan mismatch");
+}
 
 // A dumped tensor's place: "act" or "actgrad", and its layer (its name is KIND.h.LAYER.NAME).
 struct LayerDumpName {

@@ -45,17 +45,16 @@ class Bf16Numerics final : public Numerics {
     const int rows = s.B * s.T;
     // With the model's weights planned, each has its operand slot and the scratch needs no
     // room for one (on gpt2-124m that room would be the classifier's 77 MB).
-    slots_planned_ = s.linear_weights > 0;
+    planned_weights_ = static_cast<size_t>(s.linear_weights);
     size_t need = 0;
     for (int oc : {s.C, 3 * s.C, ffn, 2 * ffn, s.Vp, dq, dkv, dq + 2 * dkv})
-      need = std::max(need, k::bf16_linear_scratch_floats(rows, s.C, oc, slots_planned_));
+      need = std::max(need, k::bf16_linear_scratch_floats(rows, s.C, oc, slots_planned()));
     for (int ic : {ffn, dq})
-      need = std::max(need, k::bf16_linear_scratch_floats(rows, ic, s.C, slots_planned_));
+      need = std::max(need, k::bf16_linear_scratch_floats(rows, ic, s.C, slots_planned()));
     scratch_.resize(need);
     // Each slot is rounded up to a cache line: at most 16 floats more per weight.
     weight_operands_.resize(k::bf16_operand_floats(s.linear_weight_floats) +
                             16 * static_cast<size_t>(s.linear_weights));
-    planned_weights_ = static_cast<size_t>(s.linear_weights);
     weight_slots_.clear();
     weight_slots_.reserve(planned_weights_);
     if (bf16_attention_) {
@@ -214,7 +213,7 @@ class Bf16Numerics final : public Numerics {
   // The planned scratch; a shape plan() did not foresee is a bug in the caller, reported
   // rather than silently allocating inside a step.
   float* scratch_for(int N, int IC, int OC) {
-    const size_t need = k::bf16_linear_scratch_floats(N, IC, OC, slots_planned_);
+    const size_t need = k::bf16_linear_scratch_floats(N, IC, OC, slots_planned());
     if (need > scratch_.size())
       fail("numerics 'bf16': linear layer {}x{}x{} needs {} scratch floats, plan() reserved {}",
            N, IC, OC, need, scratch_.size());
@@ -230,7 +229,7 @@ class Bf16Numerics final : public Numerics {
   // operand has no room in the scratch); a caller that planned none (linear_weights 0) gets
   // null, and the kernels convert every weight into the scratch.
   float* weight_slot(const float* weight, int IC, int OC, bool in_forward) {
-    if (!slots_planned_) return nullptr;
+    if (!slots_planned()) return nullptr;
     const size_t floats = k::bf16_operand_floats(static_cast<size_t>(OC) * IC);
     for (const WeightSlot& slot : weight_slots_)
       if (slot.weight == weight) {
@@ -275,8 +274,9 @@ class Bf16Numerics final : public Numerics {
   };
   FloatBuffer weight_operands_;
   std::vector<WeightSlot> weight_slots_;
-  size_t planned_weights_ = 0;
-  bool slots_planned_ = false;
+  size_t planned_weights_ = 0;  // StepShape::linear_weights
+  // Whether the caller planned the model's weights (then every weight has a slot).
+  bool slots_planned() const { return planned_weights_ > 0; }
   int attention_threads_ = 0;
 };
 
