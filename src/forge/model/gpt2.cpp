@@ -91,8 +91,11 @@ Gpt2::Gpt2(const ModelConfig& config, int B, int T, Numerics& numerics)
   tokens_.resize(N);
   targets_.resize(N);
   kv_cache_.resize(static_cast<size_t>(L) * 2 * T * C);
-  auto align = [](size_t n) { return (n + 15) / 16 * 16; };
-  decode_arena_.resize(align(C) * 6 + align(3 * C) + align(4 * C) * 2 + align(Vp) + align(T));
+  plan_arena(decode_arena_, [&](auto&& take) {
+    dec_.x = take(C); dec_.ln = take(C); dec_.ln_stats = take(2); dec_.qkv = take(3 * C);
+    dec_.y = take(C); dec_.proj = take(C); dec_.fc = take(4 * C); dec_.gelu = take(4 * C);
+    dec_.logits = take(Vp); dec_.scores = take(T);
+  });
 
   StepShape shape;
   shape.B = B; shape.T = T; shape.C = C; shape.NH = config.n_head;
@@ -264,13 +267,7 @@ const float* Gpt2::decode_step(int32_t token, int pos) {
   FORGE_CHECK(pos < maxT_, "decode position {} beyond the planned context of {}", pos, maxT_);
   FORGE_CHECK(token >= 0 && token < config_.vocab_size, "token {} outside the vocabulary", token);
   float* P = params_.data();
-  auto align = [](size_t n) { return (n + 15) / 16 * 16; };
-  float* cursor = decode_arena_.data();
-  auto take = [&](size_t n) { float* p = cursor; cursor += align(n); return p; };
-  float *x = take(C), *ln = take(C), *y = take(C), *proj = take(C), *stats = take(C);
-  float *qkv = take(3 * C), *fc = take(4 * C), *gelu = take(4 * C), *logits = take(Vp);
-  float* scores = take(maxT_);
-  (void)take(C);
+  auto [x, ln, stats, qkv, y, proj, fc, gelu, logits, scores] = dec_;
   // x = wte[token] + wpe[pos]
   for (int c = 0; c < C; ++c) x[c] = P[wte_ + static_cast<size_t>(token) * C + c] + P[wpe_ + static_cast<size_t>(pos) * C + c];
   for (int l = 0; l < config_.n_layer; ++l) {

@@ -63,8 +63,11 @@ class Gpt2 final : public Model {
   float *lnf_, *lnf_mean_, *lnf_rstd_, *logits_, *xent_saved_, *head_saved_;
   float *d_res_, *d_tmp_, *d_ln_, *d_qkv_, *d_sdpa_, *d_fc_, *d_gelu_, *d_logits_;
   // Decoding: keys and values of every layer for up to maxT_ positions, [L][2][maxT][C],
-  // and one token's activations.
+  // and one token's activations (in decode_arena_).
   FloatBuffer kv_cache_, decode_arena_;
+  struct DecodeActs {
+    float *x, *ln, *ln_stats, *qkv, *y, *proj, *fc, *gelu, *logits, *scores;
+  } dec_;
   int B_ = 0, T_ = 0;
   bool has_targets_ = false;
 };
