@@ -21,6 +21,9 @@
 #include "forge/kernels/attention.h"
 #include "forge/kernels/attention_bf16.h"
 #include "forge/kernels/bf16_gemm.h"
+#ifdef FORGE_HAVE_DNNL
+#include "forge/kernels/cpu/onednn_matmul.h"
+#endif
 #include "forge/kernels/cross_entropy.h"
 #include "forge/kernels/gelu.h"
 #include "forge/kernels/gemm.h"
@@ -150,6 +153,36 @@ void BM_GemmBf16(benchmark::State& state, LinearShape s, Pass p, bool dweight_nn
   }
   set_gemm_counters(state, g);
 }
+
+#ifdef FORGE_HAVE_DNNL
+// oneDNN's matmul with B first reordered into the primitive's own layout (onednn_matmul's
+// b_blocked), the reorder counted: against gemm/onednn_matmul and gemm/onednn_bf16 above, what
+// the linear layers' forward gains from it. Below 1024 rows the call reads B as it is.
+void BM_GemmOneDnnBlocked(benchmark::State& state, LinearShape s, Pass p, bool bf16) {
+  if (bf16 && !cpu::native_bf16_available()) {
+    state.SkipWithError("no bf16 dot products on this CPU");
+    return;
+  }
+  LinearBuffers buf(s);
+  const GemmProblem g = buf.problem(s, p);
+  const auto type = bf16 ? cpu::OneDnnType::kBf16 : cpu::OneDnnType::kF32;
+  const size_t a_size = size_t(g.M) * g.K, b_size = size_t(g.K) * g.N;
+  std::vector<uint16_t> a16(bf16 ? a_size : 0), b16(bf16 ? b_size : 0);
+  if (bf16) {
+    cpu::to_bf16(a16.data(), g.A, a_size);
+    cpu::to_bf16(b16.data(), g.B, b_size);
+  }
+  const void* A = bf16 ? static_cast<const void*>(a16.data()) : g.A;
+  const void* B = bf16 ? static_cast<const void*>(b16.data()) : g.B;
+  std::vector<uint8_t> blocked(cpu::onednn_blocked_b_bytes(type, g.K, g.N));
+  for (auto _ : state) {
+    cpu::onednn_matmul(type, g.transA, g.transB, g.M, g.N, g.K, A, g.lda, B, g.ldb, 0.0f, g.C, g.N,
+                       nullptr, blocked.data());
+    benchmark::ClobberMemory();
+  }
+  set_gemm_counters(state, g);
+}
+#endif
 
 // The `bf16` profile's whole linear layer (conversions included), forward or backward, so
 // that the difference from the GEMMs above is what the conversions cost.
@@ -438,6 +471,8 @@ void register_all() {
 #ifdef FORGE_HAVE_DNNL
       add("gemm/onednn_matmul/" + suffix, BM_GemmVia, s, p, cpu::GemmBackend::kOneDnnMatmul);
       add("gemm/onednn/" + suffix, BM_GemmVia, s, p, cpu::GemmBackend::kOneDNN);
+      add("gemm/onednn_matmul_blocked/" + suffix, BM_GemmOneDnnBlocked, s, p, false);
+      add("gemm/onednn_bf16_blocked/" + suffix, BM_GemmOneDnnBlocked, s, p, true);
 #endif
       add("gemm/forge/" + suffix, BM_GemmVia, s, p, cpu::GemmBackend::kForge);
       add("gemm/onednn_bf16/" + suffix, BM_GemmBf16, s, p, false, false);

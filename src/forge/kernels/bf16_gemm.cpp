@@ -394,19 +394,27 @@ bool native_bf16_available() {
 }
 
 void gemm_bf16(bool transA, bool transB, int M, int N, int K, const uint16_t* A, int lda,
-               const uint16_t* B, int ldb, float beta, float* C, int ldc, const float* bias) {
+               const uint16_t* B, int ldb, float beta, float* C, int ldc, const float* bias,
+               void* b_blocked) {
   FORGE_CHECK(native_bf16_available(), "gemm_bf16 without bf16 instructions");
-  onednn_matmul(OneDnnType::kBf16, transA, transB, M, N, K, A, lda, B, ldb, beta, C, ldc, bias);
+  onednn_matmul(OneDnnType::kBf16, transA, transB, M, N, K, A, lda, B, ldb, beta, C, ldc, bias,
+                b_blocked);
+}
+
+size_t gemm_bf16_blocked_b_bytes(int K, int N) {
+  return onednn_blocked_b_bytes(OneDnnType::kBf16, K, N);
 }
 
 #else
 
 bool native_bf16_available() { return false; }
 
-void gemm_bf16(bool, bool, int, int, int, const uint16_t*, int, const uint16_t*, int, float,
-               float*, int, const float*) {
+void gemm_bf16(bool, bool, int, int, int, const uint16_t*, int, const uint16_t*, int, float, float*,
+               int, const float*, void*) {
   fail("gemm_bf16: forge was built without oneDNN");
 }
+
+size_t gemm_bf16_blocked_b_bytes(int, int) { return 0; }
 
 #endif
 
@@ -423,20 +431,26 @@ struct NativeBf16 {
   // dinp: 3-8% on most shapes of small and gpt2-124m). So backward makes both, in one pass
   // over dout that also sums the bias gradient (bf16_gradient_operands).
   static constexpr bool kTransposedGradient = true;
+  // The forward's weight goes through gemm_bf16's b_blocked.
+  static size_t blocked_weight_floats(int IC, int OC) {
+    return (gemm_bf16_blocked_b_bytes(IC, OC) + sizeof(float) - 1) / sizeof(float);
+  }
   static void convert(Operand* out, const float* in, size_t n) { to_bf16(out, in, n); }
   static void convert_gradient(Operand* g, Operand* gt, float* dbias, const float* dout, int N,
                                int OC) {
     bf16_gradient_operands(g, gt, dbias, dout, N, OC);
   }
   static void multiply(bool ta, bool tb, int M, int N, int K, const Operand* A, int lda,
-                       const Operand* B, int ldb, float* C, int ldc, const float* bias) {
-    gemm_bf16(ta, tb, M, N, K, A, lda, B, ldb, 0.0f, C, ldc, bias);
+                       const Operand* B, int ldb, float* C, int ldc, const float* bias,
+                       float* b_blocked = nullptr) {
+    gemm_bf16(ta, tb, M, N, K, A, lda, B, ldb, 0.0f, C, ldc, bias, b_blocked);
   }
 };
 
 struct RoundedFp32 {
   using Operand = float;
   static constexpr bool kTransposedGradient = false;
+  static size_t blocked_weight_floats(int, int) { return 0; }  // the fp32 GEMM packs its own
   static void convert(Operand* out, const float* in, size_t n) { round_bf16(out, in, n); }
   // g = bf16(dout), as fp32 values, and when dbias is given, dbias = column sums of the
   // unrounded dout (in bias_gradient's order), in one read of dout.
@@ -452,7 +466,8 @@ struct RoundedFp32 {
     });
   }
   static void multiply(bool ta, bool tb, int M, int N, int K, const Operand* A, int lda,
-                       const Operand* B, int ldb, float* C, int ldc, const float* bias) {
+                       const Operand* B, int ldb, float* C, int ldc, const float* bias,
+                       float* /*b_blocked*/ = nullptr) {
     float beta = 0.0f;
     if (bias) {
       fill_rows_with_bias(C, bias, M, N);
@@ -475,16 +490,28 @@ size_t saved_floats(int N, int IC) {
   return operand_floats<Path>(static_cast<size_t>(N) * IC);
 }
 
+// The forward's scratch: inp's operand (without saved), the weight's (without a
+// weight_operand), then the weight's blocked copy.
+template <typename Path>
+size_t forward_scratch_floats(int N, int IC, int OC) {
+  return saved_floats<Path>(N, IC) + operand_floats<Path>(static_cast<size_t>(OC) * IC) +
+         Path::blocked_weight_floats(IC, OC);
+}
+
 template <typename Path>
 void forward_on(float* out, float* saved, const float* inp, const float* weight, const float* bias,
                 int N, int IC, int OC, float* scratch, bool inp_in_saved, float* weight_operand) {
   using T = typename Path::Operand;
+  const size_t x_floats = saved_floats<Path>(N, IC);
+  const size_t w_floats = operand_floats<Path>(static_cast<size_t>(OC) * IC);
   T* x = reinterpret_cast<T*>(saved ? saved : scratch);
-  T* w =
-      reinterpret_cast<T*>(weight_operand ? weight_operand : scratch + saved_floats<Path>(N, IC));
+  T* w = reinterpret_cast<T*>(weight_operand ? weight_operand : scratch + x_floats);
+  // Room for the weight in oneDNN's own layout (gemm_bf16's b_blocked).
+  float* blocked =
+      Path::blocked_weight_floats(IC, OC) > 0 ? scratch + x_floats + w_floats : nullptr;
   if (!(saved && inp_in_saved)) Path::convert(x, inp, static_cast<size_t>(N) * IC);
   Path::convert(w, weight, static_cast<size_t>(OC) * IC);
-  Path::multiply(false, true, N, OC, IC, x, IC, w, IC, out, OC, bias);
+  Path::multiply(false, true, N, OC, IC, x, IC, w, IC, out, OC, bias, blocked);
 }
 
 template <typename Path>
@@ -518,7 +545,8 @@ template <typename Path>
 size_t scratch_floats(int N, int IC, int OC, bool weight_operand_given) {
   const size_t g = operand_floats<Path>(static_cast<size_t>(N) * OC);
   const size_t w = weight_operand_given ? 0 : operand_floats<Path>(static_cast<size_t>(OC) * IC);
-  return (Path::kTransposedGradient ? 2 : 1) * g + saved_floats<Path>(N, IC) + w;
+  const size_t backward = (Path::kTransposedGradient ? 2 : 1) * g + saved_floats<Path>(N, IC) + w;
+  return std::max(backward, forward_scratch_floats<Path>(N, IC, OC));
 }
 
 }  // namespace

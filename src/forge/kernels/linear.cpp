@@ -63,15 +63,26 @@ template void linear_backward<double>(double*, double*, double*, const double*, 
 
 namespace cpu {
 
+size_t linear_weight_workspace_floats(int IC, int OC) {
+#ifdef FORGE_HAVE_DNNL
+  return (onednn_blocked_b_bytes(OneDnnType::kF32, IC, OC) + sizeof(float) - 1) / sizeof(float);
+#else
+  (void)IC, (void)OC;
+  return 0;
+#endif
+}
+
 void linear_forward(float* out, const float* inp, const float* weight, const float* bias, int N,
-                    int IC, int OC) {
+                    int IC, int OC, float* weight_workspace) {
 #ifdef FORGE_HAVE_DNNL
   // The matmul primitive adds the bias in its epilogue, saving fill_rows_with_bias's pass.
-  if (bias && gemm_backend_for(false, true, N, OC, IC) == GemmBackend::kOneDnnMatmul) {
+  if (gemm_backend_for(false, true, N, OC, IC) == GemmBackend::kOneDnnMatmul) {
     onednn_matmul(OneDnnType::kF32, false, true, N, OC, IC, inp, IC, weight, IC, 0.0f, out, OC,
-                  bias);
+                  bias, weight_workspace);
     return;
   }
+#else
+  (void)weight_workspace;
 #endif
   float beta = 0.0f;
   if (bias) {

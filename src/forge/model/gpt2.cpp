@@ -103,6 +103,7 @@ Gpt2::Gpt2(const ModelConfig& config, int B, int T, Numerics& numerics)
   shape.n_kv_head = config.n_head; shape.head_dim = config.head_dim(); shape.ffn = 4 * C;
   shape.linear_weights = layout_.linear_weights();
   shape.linear_weight_floats = layout_.linear_weight_floats();
+  shape.linear_shapes = layout_.linear_weight_shapes();
   nx_.plan(shape);
 }
 

@@ -117,6 +117,7 @@ Llama::Llama(const ModelConfig& config, int B, int T, Numerics& numerics)
   shape.llama = true;
   shape.linear_weights = layout_.linear_weights();
   shape.linear_weight_floats = layout_.linear_weight_floats();
+  shape.linear_shapes = layout_.linear_weight_shapes();
   nx_.plan(shape);
   // Every sequence starts at position 0: one table for positions [0, block_size).
   nx_.rope_tables(rope_cos_, rope_sin_, config.block_size, hd_, config.rope_theta);

@@ -52,6 +52,13 @@ int ParamLayout::linear_weights() const {
   return n;
 }
 
+std::vector<std::array<int, 2>> ParamLayout::linear_weight_shapes() const {
+  std::vector<std::array<int, 2>> shapes;
+  for (const auto& p : tensors_)
+    if (p.linear) shapes.push_back({static_cast<int>(p.shape[0]), static_cast<int>(p.shape[1])});
+  return shapes;
+}
+
 size_t ParamLayout::linear_weight_floats() const {
   size_t n = 0;
   for (const auto& p : tensors_) n += p.linear ? p.numel : 0;

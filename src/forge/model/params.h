@@ -3,6 +3,7 @@
 // addresses a parameter, its gradient and its optimizer state.
 #pragma once
 
+#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <string>
@@ -38,6 +39,7 @@ class ParamLayout {
   size_t numel() const;  // sum of tensor sizes (without alignment padding)
   int linear_weights() const;           // tensors added by add_linear_weight
   size_t linear_weight_floats() const;  // their elements
+  std::vector<std::array<int, 2>> linear_weight_shapes() const;  // their [out, in]
 
  private:
   std::vector<ParamSpec> tensors_;

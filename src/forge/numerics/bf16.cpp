@@ -34,7 +34,9 @@ class Bf16Numerics final : public Numerics {
   std::string name() const override { return "bf16"; }
 
   void plan(const StepShape& s) override {
-    fast_->plan(s);
+    StepShape fast_shape = s;
+    fast_shape.linear_shapes.clear();  // the linear layers are this profile's own
+    fast_->plan(fast_shape);
     // The scratch holds the rounded operands of the largest linear layer the models build
     // (gpt2.cpp, llama.cpp); sized per (in, out) pair, not max(in) x max(out), since the
     // classifier's Vp x C would otherwise be multiplied by the MLP width.

@@ -1,7 +1,9 @@
 // The `fast` profile: fp32 everywhere, the quickest kernel for each op (see kernels/).
+#include <algorithm>
 #include <memory>
 
 #include "forge/core/error.h"
+#include "forge/core/float_buffer.h"
 #include "forge/kernels/adamw.h"
 #include "forge/kernels/attention.h"
 #include "forge/kernels/cross_entropy.h"
@@ -28,6 +30,13 @@ class FastNumerics final : public Numerics {
       fail("numerics 'fast': model head dimension {} is larger than the {} its attention "
            "kernel supports",
            hd, k::kMaxHeadDim);
+    // Room for one weight in the forward GEMM's own layout (k::linear_forward): the largest
+    // of the blocks' weights. The classifier's takes it only if it fits: on gpt2-124m its
+    // copy would be 154 MB.
+    size_t room = 0;
+    for (const auto& [out, in] : shape.linear_shapes)
+      if (out != shape.Vp) room = std::max(room, k::linear_weight_workspace_floats(in, out));
+    weight_workspace_.resize(room);
   }
 
   void embedding_forward(float* out, const int32_t* tokens, const float* wte, const float* wpe,
@@ -60,7 +69,9 @@ class FastNumerics final : public Numerics {
   bool linear_backward_reads_input() const override { return true; }  // it multiplies inp
   void linear_forward(float* out, float* /*saved*/, const float* inp, const float* weight,
                       const float* bias, int N, int IC, int OC) override {
-    k::linear_forward(out, inp, weight, bias, N, IC, OC);
+    const bool fits = k::linear_weight_workspace_floats(IC, OC) <= weight_workspace_.size();
+    k::linear_forward(out, inp, weight, bias, N, IC, OC,
+                      fits && weight_workspace_.size() > 0 ? weight_workspace_.data() : nullptr);
   }
   void linear_backward(float* dinp, float* dweight, float* dbias, const float* dout,
                        const float* inp, const float* weight, const float* /*saved*/, int N,
@@ -106,6 +117,9 @@ class FastNumerics final : public Numerics {
   double optimizer_step(ParamRef* params, int count, const OptimizerStep& hp) override {
     return k::optimizer_step(params, count, hp);
   }
+
+ private:
+  FloatBuffer weight_workspace_;
 };
 
 }  // namespace

@@ -11,6 +11,7 @@
 //    inside a step.
 #pragma once
 
+#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -31,6 +32,8 @@ struct StepShape {
   // Zero when the caller plans none.
   int linear_weights = 0;
   size_t linear_weight_floats = 0;
+  // Their shapes, [out, in] each, in declaration order (empty when the caller plans none).
+  std::vector<std::array<int, 2>> linear_shapes;
 };
 
 // One parameter tensor as the optimizer sees it.
