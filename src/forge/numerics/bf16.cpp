@@ -59,6 +59,7 @@ class Bf16Numerics final : public Numerics {
                             16 * static_cast<size_t>(s.linear_weights));
     weight_slots_.clear();
     weight_slots_.reserve(planned_weights_);
+    last_slot_ = 0;
     if (bf16_attention_) {
       attention_threads_ = omp_get_max_threads();
       attention_workspace_.resize(k::attention_bf16_workspace_floats(s.T, hd, attention_threads_));
@@ -233,13 +234,22 @@ class Bf16Numerics final : public Numerics {
   float* weight_slot(const float* weight, int IC, int OC, bool in_forward) {
     if (!slots_planned()) return nullptr;
     const size_t floats = k::bf16_operand_floats(static_cast<size_t>(OC) * IC);
-    for (const WeightSlot& slot : weight_slots_)
-      if (slot.weight == weight) {
-        if (slot.floats != floats)
-          fail("numerics 'bf16': weight at {} used as {}x{}, earlier with {} operand floats",
-               static_cast<const void*>(weight), OC, IC, slot.floats);
-        return weight_operands_.data() + slot.offset;
-      }
+    // A step visits the weights in one order forward and the reverse backward, so the slot
+    // sought is next to the last one found: look there before searching them all.
+    const size_t n = weight_slots_.size();
+    size_t found = n;
+    for (size_t i : {last_slot_ + 1, last_slot_, last_slot_ - 1})  // wraps past 0 to >= n
+      if (i < n && weight_slots_[i].weight == weight) found = i;
+    for (size_t i = 0; found == n && i < n; ++i)
+      if (weight_slots_[i].weight == weight) found = i;
+    if (found < n) {
+      const WeightSlot& slot = weight_slots_[found];
+      if (slot.floats != floats)
+        fail("numerics 'bf16': weight at {} used as {}x{}, earlier with {} operand floats",
+             static_cast<const void*>(weight), OC, IC, slot.floats);
+      last_slot_ = found;
+      return weight_operands_.data() + slot.offset;
+    }
     const size_t used =
         weight_slots_.empty() ? 0 : weight_slots_.back().offset + weight_slots_.back().floats;
     if (!in_forward)
@@ -250,6 +260,7 @@ class Bf16Numerics final : public Numerics {
           "is it declared with ParamLayout::add_linear_weight?",
           OC, IC, planned_weights_, weight_operands_.size());
     weight_slots_.push_back({weight, used, floats});
+    last_slot_ = weight_slots_.size() - 1;
     return weight_operands_.data() + used;
   }
 
@@ -276,6 +287,7 @@ class Bf16Numerics final : public Numerics {
   };
   FloatBuffer weight_operands_;
   std::vector<WeightSlot> weight_slots_;
+  size_t last_slot_ = 0;        // where weight_slot last found or placed a weight
   size_t planned_weights_ = 0;  // StepShape::linear_weights
   // Whether the caller planned the model's weights (then every weight has a slot).
   bool slots_planned() const { return planned_weights_ > 0; }
