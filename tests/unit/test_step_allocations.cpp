@@ -85,9 +85,10 @@ struct Counts {
 // step as the bench does after its warm-up.
 Counts allocations_in_a_step(const std::string& family, const std::string& profile,
                              bool timed = false) {
-  // T below block_size: the unused positions' path runs too. 43 x 24 = 1032 rows: from 1024
-  // rows on, the linear layers' forward reorders its weight first (cpu/onednn_matmul.h).
-  const int B = 43, T = 24;
+  // T below block_size: the unused positions' path runs too. 86 x 24 = 2064 rows: from 2048
+  // rows on, the linear layers' forward reorders its weight first in fp32 as in bf16
+  // (cpu/onednn_matmul.h).
+  const int B = 86, T = 24;
   const ModelConfig cfg = tiny_config(family);
   std::unique_ptr<Numerics> nx = make_numerics(profile);
   TimedNumerics* timer = timed ? TimedNumerics::wrap(nx) : nullptr;

@@ -181,10 +181,10 @@ MatmulCache& matmuls() {
 // Rows from which B is reordered when the caller offers room. bench_kernels,
 // gemm/onednn_{matmul,bf16}_blocked against gemm/onednn_{matmul,bf16}, forward (B = W^T),
 // reorder counted, medians of 3: at 2048 rows (small) 1.06-1.14x in fp32 and 1.03-1.23x in
-// bf16; at 1024 rows (gpt2-124m) 0.97-1.02x and 0.97-1.08x. On small's MLP weight the two
-// ways take the same time at 512 rows. The backward shapes gain nothing that outlasts the
-// noise (0.93-1.16x), so only the forward offers room.
-constexpr int kBlockedBMinRows = 1024;
+// bf16; at 1024 rows (gpt2-124m) 0.97-1.02x in fp32, so no gain, and 0.97-1.08x in bf16. On
+// small's MLP weight the bf16 reorder costs what it saves at 512 rows. The backward shapes
+// gain nothing that outlasts the noise (0.93-1.16x), so only the forward offers room.
+int blocked_b_min_rows(OneDnnType type) { return type == OneDnnType::kBf16 ? 1024 : 2048; }
 
 }  // namespace
 
@@ -207,7 +207,7 @@ void onednn_matmul(OneDnnType type, bool transA, bool transB, int M, int N, int 
     return;
   }
   matmuls().run({type, transA, transB, M, N, K, lda, ldb, ldc, beta, bias != nullptr, false}, A, B,
-                C, bias, M >= kBlockedBMinRows ? b_blocked : nullptr,
+                C, bias, M >= blocked_b_min_rows(type) ? b_blocked : nullptr,
                 onednn_blocked_b_bytes(type, K, N));
 }
 

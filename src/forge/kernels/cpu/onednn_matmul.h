@@ -25,8 +25,9 @@ enum class OneDnnType { kF32, kBf16 };  // of A and B; C is always fp32
 // where B is first reordered into the layout the primitive prefers (its "any" format: on
 // AVX-512, 64 columns by 16 or 32 rows per block). The primitive then reads B as it is instead
 // of repacking it on the fly: for B = W^T of the linear layers' forward, up to 1.1x (fp32) and
-// 1.2x (bf16) faster with the reorder counted at M = 2048. Used from M = 1024 rows on (below,
-// the reorder costs about what it saves; the figures are in the .cpp), only where the layout
+// 1.2x (bf16) faster with the reorder counted at M = 2048. Used from M = 1024 rows on in bf16
+// and 2048 in fp32 (below, the reorder costs about what it saves; the figures are in the
+// .cpp), only where the layout
 // fits the bound, and only where it is a blocked one: the reorder then only moves B, and the
 // same kernel multiplies it, so the bits are the same either way
 // (tests/unit/test_onednn_matmul.cpp, which also runs under DNNL_MAX_CPU_ISA=AVX2, where
