@@ -22,6 +22,16 @@ def need(cond, what):
 need(r["peak_fp32_flops"] > 1e9, "peak_fp32_flops measured")
 need(r["flops_per_token"] > 0, "flops_per_token")
 need(r["threads"] == 2 and r["steps"] == 5 and r["warmup"] == 1, "the run's settings")
+# What each profile ran on must follow from this CPU: bf16 dot products only where the CPU
+# has avx512_bf16 (and FORGE_BF16_NATIVE does not switch them off).
+import os
+cpu_bf16 = "avx512_bf16" in open("/proc/cpuinfo").read().split()
+native = cpu_bf16 and os.environ.get("FORGE_BF16_NATIVE") != "0"
+need("GEMMs" in r["profiles"]["fast"]["engine_arithmetic"], "fast: engine_arithmetic")
+bf16_says = r["profiles"]["bf16"]["engine_arithmetic"]
+need(("bf16 dot products in" in bf16_says) == native and
+     ("bf16-rounded operands in fp32 GEMMs" in bf16_says) == (not native),
+     f"bf16: engine_arithmetic '{bf16_says}' on a CPU with{'' if cpu_bf16 else 'out'} avx512_bf16")
 for prof, dtype in (("fast", "fp32"), ("bf16", "bf16")):
     p = r["profiles"][prof]
     sides = [("engine", p["engine"])] + list(p["references"].items())
@@ -47,6 +57,8 @@ PYEOF
 grep -q '^| fast | forge fast |' report.md || fail "report.md lacks the fast row"
 grep -q '^| bf16 | torch-.* eager bf16 |' report.md || fail "report.md lacks the bf16 reference row"
 grep -q "Where a \`bf16\` step's time goes" table.md || fail "stdout lacks the bf16 breakdown"
+grep -q "^forge's arithmetic on this machine: \`fast\`: .* GEMMs" report.md ||
+  fail "report.md does not say what forge ran on"
 echo "ok: $(head -n 1 report.md)"
 
 expect_error "unknown profile" "--profiles: 'fats'" "$FORGE" bench --config ci.json --profiles fats

@@ -102,7 +102,8 @@ int engine_only(const BenchOptions& o) {
   nlohmann::json j{{"side", "forge " + o.engine_only}, {"step_seconds", t.step_seconds},
                    {"tokens_per_step", t.tokens_per_step}, {"peak_rss_bytes", t.peak_rss_bytes},
                    {"flops_per_token", t.flops_per_token}, {"op_seconds", t.op_seconds},
-                   {"peak_fp32_flops", peak.fp32_flops}, {"peak_bf16_flops", peak.bf16_flops}};
+                   {"peak_fp32_flops", peak.fp32_flops}, {"peak_bf16_flops", peak.bf16_flops},
+                   {"arithmetic", t.arithmetic}};
   fmt::print("{}\n", j.dump());
   return 0;
 }
@@ -145,6 +146,7 @@ void run_bench(const BenchOptions& o) {
   std::map<std::string, Side> engine;
   std::map<std::string, std::map<std::string, Side>> refs;
   std::map<std::string, nlohmann::json> breakdown;
+  std::map<std::string, std::string> arithmetic;  // per profile, as the engine runs reported it
   double flops_per_token = 0;
   for (int r = 0; r < o.rounds; ++r) {
     for (const auto& prof : profiles) {
@@ -161,6 +163,7 @@ void run_bench(const BenchOptions& o) {
       peak.fp32_flops = std::max(peak.fp32_flops, j["peak_fp32_flops"].get<double>());
       peak.bf16_flops = std::max(peak.bf16_flops, j["peak_bf16_flops"].get<double>());
       if (o.breakdown) breakdown[prof] = j["op_seconds"];
+      arithmetic[prof] = j["arithmetic"];
       const std::string dtype = prof == "bf16" ? "bf16" : "fp32";
       for (const auto& mode : modes) {
         fmt::print(stderr, "bench: round {}/{}: torch {} {}\n", r + 1, o.rounds, mode, dtype);
@@ -213,6 +216,7 @@ void run_bench(const BenchOptions& o) {
       fastest = std::max(fastest, s.tokens_per_s());
     }
     if (fastest > 0) pj["ratio_to_fastest_reference"] = etps / fastest;
+    pj["engine_arithmetic"] = arithmetic[prof];
     if (o.breakdown) pj["engine_op_seconds_per_step"] = breakdown[prof];
     report["profiles"][prof] = pj;
     auto row = [&](const Side& s, double ratio) {
@@ -226,6 +230,9 @@ void run_bench(const BenchOptions& o) {
     row(engine[prof], 0);
     for (auto& [mode, s] : refs[prof]) row(s, etps / s.tokens_per_s());
   }
+  md += "\nforge's arithmetic on this machine:";
+  for (const auto& prof : profiles) md += fmt::format(" `{}`: {}.", prof, arithmetic[prof]);
+  md += "\n";
   if (o.breakdown) {
     for (const auto& prof : profiles) {
       md += fmt::format("\nWhere a `{}` step's time goes (forge, per step):\n\n| op | ms | share |\n"

@@ -4,9 +4,11 @@
 // (kernels/attention_bf16.h; softmax and its statistics stay fp32). Everything else -- norms,
 // softmax, GELU, the loss, the fp32 master weights and AdamW state -- is the `fast` profile's, to which this class forwards. See kernels/bf16_gemm.h for why an fp32 GEMM over
 // rounded operands is exactly a bf16 dot product with fp32 accumulation.
+#include <fmt/format.h>
 #include <omp.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <initializer_list>
 #include <memory>
 #include <vector>
@@ -23,6 +25,11 @@ namespace {
 
 namespace k = kernels::cpu;
 
+bool native_switched_off() {
+  const char* v = std::getenv("FORGE_BF16_NATIVE");
+  return v && std::string(v) == "0";
+}
+
 class Bf16Numerics final : public Numerics {
  public:
   // Attention in bf16 where the CPU multiplies bf16 natively; without bf16 instructions it
@@ -32,6 +39,15 @@ class Bf16Numerics final : public Numerics {
         bf16_attention_(k::native_bf16_available() && k::attention_bf16_available()) {}
 
   std::string name() const override { return "bf16"; }
+  std::string arithmetic() const override {
+    if (!k::native_bf16_available())
+      return fmt::format("{}; bf16-rounded operands in fp32 GEMMs, fp32 attention ({})",
+                         fast_->arithmetic(),
+                         native_switched_off() ? "FORGE_BF16_NATIVE=0"
+                                               : "oneDNN finds no bf16 dot products on this CPU");
+    return fmt::format("{}; bf16 dot products in oneDNN's bf16 GEMMs, {} attention",
+                       fast_->arithmetic(), bf16_attention_ ? "bf16" : "fp32");
+  }
 
   void plan(const StepShape& s) override {
     StepShape fast_shape = s;

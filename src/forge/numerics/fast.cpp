@@ -1,4 +1,6 @@
 // The `fast` profile: fp32 everywhere, the quickest kernel for each op (see kernels/).
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <memory>
 
@@ -6,10 +8,12 @@
 #include "forge/core/float_buffer.h"
 #include "forge/kernels/adamw.h"
 #include "forge/kernels/attention.h"
+#include "forge/kernels/cpu/dispatch.h"
 #include "forge/kernels/cross_entropy.h"
 #include "forge/kernels/elementwise.h"
 #include "forge/kernels/embedding.h"
 #include "forge/kernels/gelu.h"
+#include "forge/kernels/gemm.h"
 #include "forge/kernels/layernorm.h"
 #include "forge/kernels/linear.h"
 #include "forge/numerics/profiles.h"
@@ -23,6 +27,10 @@ namespace k = kernels::cpu;
 class FastNumerics final : public Numerics {
  public:
   std::string name() const override { return "fast"; }
+  std::string arithmetic() const override {
+    return fmt::format("{} kernels, {} GEMMs", k::isa_name(k::active_isa()),
+                       k::gemm_backend_available(k::GemmBackend::kOneDNN) ? "oneDNN" : "OpenBLAS");
+  }
 
   void plan(const StepShape& shape) override {
     const int hd = shape.head_dim > 0 ? shape.head_dim : (shape.NH > 0 ? shape.C / shape.NH : 0);

@@ -56,6 +56,10 @@ class Numerics {
  public:
   virtual ~Numerics() = default;
   virtual std::string name() const = 0;
+  // What the profile runs on this CPU, in words for logs and reports (the kernel set, the
+  // GEMM library, whether bf16 is multiplied natively): the same profile computes with
+  // different instructions, and so at a different speed, on different machines.
+  virtual std::string arithmetic() const = 0;
   // Called once at start-up with the largest shapes the run will use.
   virtual void plan(const StepShape& shape) { (void)shape; }
 

@@ -34,6 +34,9 @@ namespace {
 class TorchCpuNumerics final : public Numerics {
  public:
   std::string name() const override { return "torch-cpu"; }
+  std::string arithmetic() const override {
+    return "PyTorch 1.13.1's op order, its AVX2 vector layer, OpenBLAS sgemm";
+  }
 
   void plan(const StepShape& s) override {
     const int threads = std::max(omp_get_max_threads(), omp_get_num_procs());

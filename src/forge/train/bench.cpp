@@ -32,6 +32,7 @@ EngineTiming time_engine_steps(const Config& cfg, const std::string& profile, in
   EngineTiming out;
   out.tokens_per_step = B * T;
   out.flops_per_token = model->train_flops_per_token(T);
+  out.arithmetic = nx->arithmetic();
   for (int s = 0; s < warmup + steps; ++s) {
     for (size_t i = 0; i < x.size(); ++i) {
       x[i] = static_cast<int32_t>(rng.next_u64() % cfg.model.vocab_size);

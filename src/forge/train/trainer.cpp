@@ -164,9 +164,9 @@ TrainResult run_training(const TrainOptions& opt) {
 
   const bool talk = !opt.quiet && lead;  // DP: rank 0 speaks for all
   if (talk)
-    fmt::print("forge train: {} ({} parameters), numerics {}, B={} T={} accum={}, {} threads, "
-               "peak {:.1f} GFLOP/s fp32\n", cfg.path, layout.numel(), numerics->name(), B, T,
-               accum, threads, peak.fp32_flops / 1e9);
+    fmt::print("forge train: {} ({} parameters), numerics {} ({}), B={} T={} accum={}, {} "
+               "threads, peak {:.1f} GFLOP/s fp32\n", cfg.path, layout.numel(), numerics->name(),
+               numerics->arithmetic(), B, T, accum, threads, peak.fp32_flops / 1e9);
   if (talk && dp) fmt::print("{}\n", dp->describe());
 
   std::vector<int32_t> inputs(static_cast<size_t>(B) * T), targets(inputs.size());
