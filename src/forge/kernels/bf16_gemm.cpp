@@ -401,8 +401,8 @@ void gemm_bf16(bool transA, bool transB, int M, int N, int K, const uint16_t* A,
                 b_blocked);
 }
 
-size_t gemm_bf16_blocked_b_bytes(int K, int N) {
-  return onednn_blocked_b_bytes(OneDnnType::kBf16, K, N);
+size_t gemm_bf16_blocked_b_floats(int K, int N) {
+  return onednn_blocked_b_floats(OneDnnType::kBf16, K, N);
 }
 
 #else
@@ -414,7 +414,7 @@ void gemm_bf16(bool, bool, int, int, int, const uint16_t*, int, const uint16_t*,
   fail("gemm_bf16: forge was built without oneDNN");
 }
 
-size_t gemm_bf16_blocked_b_bytes(int, int) { return 0; }
+size_t gemm_bf16_blocked_b_floats(int, int) { return 0; }
 
 #endif
 
@@ -433,7 +433,7 @@ struct NativeBf16 {
   static constexpr bool kTransposedGradient = true;
   // The forward's weight goes through gemm_bf16's b_blocked.
   static size_t blocked_weight_floats(int IC, int OC) {
-    return (gemm_bf16_blocked_b_bytes(IC, OC) + sizeof(float) - 1) / sizeof(float);
+    return gemm_bf16_blocked_b_floats(IC, OC);
   }
   static void convert(Operand* out, const float* in, size_t n) { to_bf16(out, in, n); }
   static void convert_gradient(Operand* g, Operand* gt, float* dbias, const float* dout, int N,

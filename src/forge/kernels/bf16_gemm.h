@@ -77,13 +77,13 @@ bool native_bf16_available();
 
 // C[M,N] = op(A) op(B) + bias + beta C on packed bf16 operands, fp32 accumulation, bias and
 // output; the conventions of kernels/gemm.h; bias (N values, one per column) may be null.
-// b_blocked (may be null): gemm_bf16_blocked_b_bytes(K, N) bytes where B is reordered first
+// b_blocked (may be null): gemm_bf16_blocked_b_floats(K, N) floats where B is reordered first
 // into oneDNN's preferred layout (cpu/onednn_matmul.h): faster for many rows, same bits.
 // Requires native_bf16_available().
 void gemm_bf16(bool transA, bool transB, int M, int N, int K, const uint16_t* A, int lda,
                const uint16_t* B, int ldb, float beta, float* C, int ldc,
                const float* bias = nullptr, void* b_blocked = nullptr);
-size_t gemm_bf16_blocked_b_bytes(int K, int N);
+size_t gemm_bf16_blocked_b_floats(int K, int N);
 
 // Scratch the two linear kernels need, in floats, for shapes up to N x IC x OC; less when
 // every call passes a weight_operand (below), which then needs no room here.

@@ -65,7 +65,7 @@ namespace cpu {
 
 size_t linear_weight_workspace_floats(int IC, int OC) {
 #ifdef FORGE_HAVE_DNNL
-  return (onednn_blocked_b_bytes(OneDnnType::kF32, IC, OC) + sizeof(float) - 1) / sizeof(float);
+  return onednn_blocked_b_floats(OneDnnType::kF32, IC, OC);
 #else
   (void)IC, (void)OC;
   return 0;

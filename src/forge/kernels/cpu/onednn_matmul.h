@@ -38,5 +38,9 @@ void onednn_matmul(OneDnnType type, bool transA, bool transB, int M, int N, int 
 
 // The bytes b_blocked must have for op(B) of K x N: rows and columns rounded up to 64.
 size_t onednn_blocked_b_bytes(OneDnnType type, int K, int N);
+// The same room in floats, for callers that plan it in float buffers.
+inline size_t onednn_blocked_b_floats(OneDnnType type, int K, int N) {
+  return (onednn_blocked_b_bytes(type, K, N) + sizeof(float) - 1) / sizeof(float);
+}
 
 }  // namespace forge::kernels::cpu
