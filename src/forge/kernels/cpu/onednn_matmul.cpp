@@ -33,6 +33,10 @@ struct Matmul {
   dnnl_primitive_t reorder = nullptr;
   dnnl_memory_t b_plain = nullptr;
   size_t b_bytes = 0;
+  // With blocked_b, once B was found not to fit its room: the plain entry used instead, so
+  // later calls skip the second lookup. The room is a function of the key (type, K, N), so
+  // the answer never changes for this entry.
+  Matmul* plain = nullptr;
 };
 
 void check(dnnl_status_t st, const char* what) {
@@ -64,10 +68,11 @@ class MatmulCache {
            size_t b_room) {
     std::lock_guard<std::mutex> lock(mu_);
     k.blocked_b = b_blocked != nullptr;
-    const Matmul* m = &find(k);
+    Matmul* m = &find(k);
     if (k.blocked_b && m->b_bytes > b_room) {  // a layout larger than the room: B as it is
       k.blocked_b = false;
-      m = &find(k);
+      if (!m->plain) m->plain = &find(k);  // std::map keeps its nodes where they are
+      m = m->plain;
     }
     if (k.blocked_b) {
       check(dnnl_memory_set_data_handle(m->b_plain, const_cast<void*>(B)), "set_data_handle");
@@ -81,7 +86,7 @@ class MatmulCache {
   }
 
  private:
-  const Matmul& find(const MatmulKey& k) {
+  Matmul& find(const MatmulKey& k) {
     auto it = cache_.find(k);
     if (it == cache_.end()) it = cache_.emplace(k, make(k)).first;
     return it->second;
