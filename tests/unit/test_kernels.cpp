@@ -170,6 +170,81 @@ TEST(Kernels, LinearMatchesFloat64) {
   check_linear(1, 3, 1, true, true);
 }
 
+// Sibling linear layers (Llama's q, k, v): the `fast` profile multiplies by the stacked weight
+// when the weights lie back to back, and runs them one by one when they do not; both must be
+// the separate layers' math, with d(inp) the sum of every layer's term.
+void check_linear_siblings(bool back_to_back) {
+  SCOPED_TRACE(testing::Message() << "back_to_back=" << back_to_back);
+  const int B = 7, T = 13, N = B * T, IC = 37;
+  const int widths[] = {29, 11, 11};
+  const int total = 29 + 11 + 11, gap = back_to_back ? 0 : 16;
+  const size_t w_floats = size_t(total) * IC + 2 * gap;
+  const Floats x = random_floats(size_t(N) * IC, 34), w = random_floats(w_floats, 35);
+  Floats dw(w_floats, 5.0f);
+  size_t offset[3];
+  for (size_t i = 0, o = 0; i < 3; o += size_t(widths[i]) * IC + gap, ++i) offset[i] = o;
+  std::vector<Floats> out, dout;
+  for (int i = 0; i < 3; ++i) {
+    out.emplace_back(size_t(N) * widths[i]);
+    dout.push_back(random_floats(size_t(N) * widths[i], 36 + i));
+  }
+  Floats dx(size_t(N) * IC), scratch(size_t(N) * IC);
+
+  auto nx = forge::make_numerics("fast");
+  forge::StepShape shape;
+  shape.B = B, shape.T = T, shape.C = IC;
+  shape.stacked_linear_shapes = {{total, IC}};
+  nx->plan(shape);
+  nx->linear_forward_siblings({out[0].data(), out[1].data(), out[2].data()}, nullptr, x.data(),
+                              {&w[offset[0]], &w[offset[1]], &w[offset[2]]},
+                              {widths[0], widths[1], widths[2]}, N, IC);
+  nx->linear_backward_siblings(dx.data(), scratch.data(),
+                               {&dw[offset[0]], &dw[offset[1]], &dw[offset[2]]},
+                               {dout[0].data(), dout[1].data(), dout[2].data()}, x.data(),
+                               {&w[offset[0]], &w[offset[1]], &w[offset[2]]}, nullptr,
+                               {widths[0], widths[1], widths[2]}, N, IC);
+
+  const Doubles x64 = widen(x);
+  Doubles dx64(size_t(N) * IC, 0.0);
+  for (int i = 0; i < 3; ++i) {
+    const Doubles w64(w.begin() + offset[i], w.begin() + offset[i] + size_t(widths[i]) * IC);
+    Doubles out64(size_t(N) * widths[i]), dxi(size_t(N) * IC), dwi(size_t(widths[i]) * IC);
+    scalar::linear_forward<double>(out64.data(), x64.data(), w64.data(), nullptr, N, IC,
+                                   widths[i]);
+    scalar::linear_backward<double>(dxi.data(), dwi.data(), nullptr, widen(dout[i]).data(),
+                                    x64.data(), w64.data(), N, IC, widths[i]);
+    for (size_t j = 0; j < dxi.size(); ++j) dx64[j] += dxi[j];
+    EXPECT_LT(rel_l2(out[i], out64), kTol) << "layer " << i;
+    const Floats dw_i(dw.begin() + offset[i], dw.begin() + offset[i] + dwi.size());
+    EXPECT_LT(rel_l2(dw_i, dwi), kTol) << "layer " << i;
+  }
+  EXPECT_LT(rel_l2(dx, dx64), kTol);
+  if (!back_to_back) {  // the gaps between the weights' gradients are left alone
+    for (size_t g = offset[1] - gap; g < offset[1]; ++g) EXPECT_EQ(dw[g], 5.0f);
+  }
+}
+
+TEST(Kernels, LinearSiblingsMatchFloat64) {
+  check_linear_siblings(true);
+  check_linear_siblings(false);
+}
+
+TEST(Kernels, SplitAndJoinColumnsAreInverse) {
+  const int N = 19, widths[] = {5, 1, 17};
+  const Floats stacked = random_floats(size_t(N) * 23, 40);
+  Floats a(size_t(N) * 5), b(size_t(N) * 1), c(size_t(N) * 17), joined(stacked.size());
+  float* parts[] = {a.data(), b.data(), c.data()};
+  cpu::split_columns(parts, widths, 3, stacked.data(), N);
+  for (int n = 0; n < N; ++n) {
+    ASSERT_EQ(a[n * 5 + 4], stacked[n * 23 + 4]);
+    ASSERT_EQ(b[n], stacked[n * 23 + 5]);
+    ASSERT_EQ(c[n * 17], stacked[n * 23 + 6]);
+  }
+  const float* const_parts[] = {a.data(), b.data(), c.data()};
+  cpu::join_columns(joined.data(), const_parts, widths, 3, N);
+  EXPECT_EQ(joined, stacked);
+}
+
 // --- gemm ----------------------------------------------------------------------------
 
 void check_gemm_backend(forge::kernels::cpu::GemmBackend backend) {

@@ -93,6 +93,31 @@ void linear_forward(float* out, const float* inp, const float* weight, const flo
   gemm(false, true, N, OC, IC, inp, IC, weight, IC, beta, out, OC);
 }
 
+namespace {
+// Calls row(n, column, i) for layer i's part of stacked row n, rows split between threads.
+template <typename Row>
+void for_each_part(const int* widths, int count, int N, Row&& row) {
+  int total = 0;
+  for (int i = 0; i < count; ++i) total += widths[i];
+#pragma omp parallel for schedule(static)
+  for (int n = 0; n < N; ++n)
+    for (int i = 0, column = 0; i < count; column += widths[i], ++i)
+      row(static_cast<size_t>(n), static_cast<size_t>(n) * total + column, i);
+}
+}  // namespace
+
+void split_columns(float* const* outs, const int* widths, int count, const float* stacked, int N) {
+  for_each_part(widths, count, N, [&](size_t n, size_t from, int i) {
+    std::copy_n(stacked + from, widths[i], outs[i] + n * widths[i]);
+  });
+}
+
+void join_columns(float* stacked, const float* const* ins, const int* widths, int count, int N) {
+  for_each_part(widths, count, N, [&](size_t n, size_t to, int i) {
+    std::copy_n(ins[i] + n * widths[i], widths[i], stacked + to);
+  });
+}
+
 void fill_rows_with_bias(float* out, const float* bias, int N, int OC) {
 #pragma omp parallel for schedule(static)
   for (int n = 0; n < N; ++n) std::copy(bias, bias + OC, out + static_cast<size_t>(n) * OC);

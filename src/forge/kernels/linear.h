@@ -28,6 +28,13 @@ void linear_forward(float* out, const float* inp, const float* weight, const flo
 size_t linear_weight_workspace_floats(int IC, int OC);
 void linear_backward(float* dinp, float* dweight, float* dbias, const float* dout,
                      const float* inp, const float* weight, int N, int IC, int OC);
+// Linear layers that read one input and whose weights lie back to back ([sum widths, IC]:
+// one stacked weight), such as Llama's q, k, v and gate, up, run as one layer of the stacked
+// weight: one GEMM instead of one per layer, which matters most for GQA's narrow k and v.
+// split_columns copies the stacked product [N, sum widths] into each layer's [N, widths[i]]
+// output; join_columns is its inverse, for the layers' output gradients in backward.
+void split_columns(float* const* outs, const int* widths, int count, const float* stacked, int N);
+void join_columns(float* stacked, const float* const* ins, const int* widths, int count, int N);
 // The two bias passes, shared with the bf16 linear kernels: every row of out[N, OC] set to
 // bias (the GEMM then accumulates onto it), and dbias[o] = sum over rows of dout[n, o], each
 // column summed in row order whatever the thread count.

@@ -118,6 +118,8 @@ Llama::Llama(const ModelConfig& config, int B, int T, Numerics& numerics)
   shape.linear_weights = layout_.linear_weights();
   shape.linear_weight_floats = layout_.linear_weight_floats();
   shape.linear_shapes = layout_.linear_weight_shapes();
+  // The sibling layers: q | k | v of ln1, gate | up of ln2 (their weights lie back to back).
+  shape.stacked_linear_shapes = {{Dq_ + 2 * Dkv_, shape.C}, {2 * F_, shape.C}};
   nx_.plan(shape);
   // Every sequence starts at position 0: one table for positions [0, block_size).
   nx_.rope_tables(rope_cos_, rope_sin_, config.block_size, hd_, config.rope_theta);
@@ -181,9 +183,8 @@ float Llama::forward(const int32_t* tokens, const int32_t* targets, int B, int T
     // h = RMSNorm(x)
     nx_.rmsnorm_forward(a.ln1, a.ln1_rstd, x, w.ln1_w, N, C, eps);
     // q = RoPE(h Wq^T),  k = RoPE(h Wk^T),  v = h Wv^T
-    nx_.linear_forward(q_pre_, a.ln1_saved, a.ln1, w.q_w, nullptr, N, C, Dq);
-    nx_.linear_forward_same_input(k_pre_, a.ln1_saved, a.ln1, w.k_w, nullptr, N, C, Dkv);
-    nx_.linear_forward_same_input(a.v, a.ln1_saved, a.ln1, w.v_w, nullptr, N, C, Dkv);
+    nx_.linear_forward_siblings({q_pre_, k_pre_, a.v}, a.ln1_saved, a.ln1, {w.q_w, w.k_w, w.v_w},
+                                {Dq, Dkv, Dkv}, N, C);
     nx_.rope_forward(a.q, q_pre_, rope_cos_, rope_sin_, B, T, NH, hd);
     nx_.rope_forward(a.k, k_pre_, rope_cos_, rope_sin_, B, T, KVH, hd);
     // y = softmax(q k^T / sqrt(hd) + causal mask) v, each kv head shared by NH/KVH q heads
@@ -201,8 +202,8 @@ float Llama::forward(const int32_t* tokens, const int32_t* targets, int B, int T
     nx_.add(a.res1, x, branch_, NC);
     // h = RMSNorm(x);  x = x + (silu(h Wgate^T) * (h Wup^T)) Wdown^T
     nx_.rmsnorm_forward(a.ln2, a.ln2_rstd, a.res1, w.ln2_w, N, C, eps);
-    nx_.linear_forward(a.gate, a.ln2_saved, a.ln2, w.gate_w, nullptr, N, C, F);
-    nx_.linear_forward_same_input(a.up, a.ln2_saved, a.ln2, w.up_w, nullptr, N, C, F);
+    nx_.linear_forward_siblings({a.gate, a.up}, a.ln2_saved, a.ln2, {w.gate_w, w.up_w}, {F, F}, N,
+                                C);
     nx_.swiglu_forward(a.act, a.gate, a.up, NF);
     nx_.linear_forward(branch_, a.down_saved, a.act, w.down_w, nullptr, N, F, C);
     record(pfx, "res_1", a.res1, {B, T, C});
@@ -230,7 +231,7 @@ void Llama::backward(float dloss, float* grads) {
   const int B = B_, T = T_, C = config_.n_embd, V = config_.vocab_size, Vp = config_.vocab_rows();
   const int L = config_.n_layer, NH = NH_, KVH = KVH_, hd = hd_, Dq = Dq_, Dkv = Dkv_, F = F_;
   const int N = B * T;
-  const size_t NC = static_cast<size_t>(N) * C, NF = static_cast<size_t>(N) * F;
+  const size_t NF = static_cast<size_t>(N) * F;
   float* P = params_.data();
 
   nx_.cross_entropy_backward(d_logits_, logits_, xent_saved_, targets_.data(), N, V, Vp, dloss);
@@ -259,11 +260,9 @@ void Llama::backward(float dloss, float* grads) {
     nx_.swiglu_backward(d_gate_, d_up_, d_act_, a.gate, a.up, NF);
     record(pfx, "mlp.gate_proj", d_gate_, {B, T, F});
     record(pfx, "mlp.up_proj", d_up_, {B, T, F});
-    // ln2 feeds two projections: d(ln2) is the sum of what each sends back.
-    nx_.linear_backward(d_ln_, g.up_w, nullptr, d_up_, a.ln2, w.up_w, a.ln2_saved, N, C, F);
-    nx_.linear_backward(d_tmp, g.gate_w, nullptr, d_gate_, a.ln2, w.gate_w, a.ln2_saved, N, C,
-                        F);
-    nx_.add_inplace(d_ln_, d_tmp, NC);
+    // ln2 feeds two projections: d(ln2) is the sum of what each sends back, up's first.
+    nx_.linear_backward_siblings(d_ln_, d_tmp, {g.gate_w, g.up_w}, {d_gate_, d_up_}, a.ln2,
+                                 {w.gate_w, w.up_w}, a.ln2_saved, {F, F}, N, C);
     record(pfx, "post_attention_layernorm", d_ln_, {B, T, C});
     // d(res1) = d(res2) + d(through the MLP): autograd receives the residual's term first,
     // then the norm's two (see rmsnorm_backward_residual).
@@ -285,11 +284,8 @@ void Llama::backward(float dloss, float* grads) {
     record(pfx, "self_attn.k_proj", d_k_, {B, T, Dkv});
     record(pfx, "self_attn.v_proj", d_v_, {B, T, Dkv});
     // ln1 feeds three projections; their contributions are summed v, k, q.
-    nx_.linear_backward(d_ln_, g.v_w, nullptr, d_v_, a.ln1, w.v_w, a.ln1_saved, N, C, Dkv);
-    nx_.linear_backward(d_tmp, g.k_w, nullptr, d_k_, a.ln1, w.k_w, a.ln1_saved, N, C, Dkv);
-    nx_.add_inplace(d_ln_, d_tmp, NC);
-    nx_.linear_backward(d_tmp, g.q_w, nullptr, d_q_, a.ln1, w.q_w, a.ln1_saved, N, C, Dq);
-    nx_.add_inplace(d_ln_, d_tmp, NC);
+    nx_.linear_backward_siblings(d_ln_, d_tmp, {g.q_w, g.k_w, g.v_w}, {d_q_, d_k_, d_v_}, a.ln1,
+                                 {w.q_w, w.k_w, w.v_w}, a.ln1_saved, {Dq, Dkv, Dkv}, N, C);
     record(pfx, "input_layernorm", d_ln_, {B, T, C});
     // d(x) = d(res1) + d(through attention), in the same order.
     nx_.rmsnorm_backward_residual(d_tmp, g.ln1_w, d_ln_, x_in, w.ln1_w, a.ln1_rstd, d_res, N,

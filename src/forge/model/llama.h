@@ -40,7 +40,7 @@ class Llama final : public Model {
     float *ln1, *ln1_rstd, *q, *k, *v, *att_saved, *sdpa, *res1;
     float *ln2, *ln2_rstd, *gate, *up, *act, *res2;
     // what the profile keeps from each linear layer's forward for its backward
-    // (q, k and v share ln1's; gate and up share ln2's: linear_forward_same_input)
+    // (q, k and v share ln1's; gate and up share ln2's: linear_forward_siblings)
     float *ln1_saved, *o_saved, *ln2_saved, *down_saved;
   };
   LayerParams layer_params(float* base, int l) const;  // params or grads

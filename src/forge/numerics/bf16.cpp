@@ -52,6 +52,7 @@ class Bf16Numerics final : public Numerics {
   void plan(const StepShape& s) override {
     StepShape fast_shape = s;
     fast_shape.linear_shapes.clear();  // the linear layers are this profile's own
+    fast_shape.stacked_linear_shapes.clear();
     fast_->plan(fast_shape);
     // The scratch holds the rounded operands of the largest linear layer the models build
     // (gpt2.cpp, llama.cpp); sized per (in, out) pair, not max(in) x max(out), since the

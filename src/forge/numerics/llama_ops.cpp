@@ -1,6 +1,7 @@
 // Default implementations of the Llama-family ops of Numerics: the fp32 kernels of
-// kernels/{rmsnorm,rope,swiglu,gqa_attention}.h. Every profile inherits them until it
+// kernels/{rmsnorm,rope,swiglu,gqa_attention}.h, and the sibling linear layers one by one. Every profile inherits them until it
 // overrides an op with its own arithmetic (torch-cpu's bit-for-bit replica, bf16, CUDA).
+#include "forge/core/error.h"
 #include "forge/kernels/gqa_attention.h"
 #include "forge/kernels/rmsnorm.h"
 #include "forge/kernels/rope.h"
@@ -19,6 +20,44 @@ void Numerics::rmsnorm_forward(float* out, float* rstd, const float* inp, const 
 void Numerics::rmsnorm_backward(float* dinp, float* dweight, const float* dout, const float* inp,
                                 const float* weight, const float* rstd, int N, int C) {
   k::rmsnorm_backward(dinp, dweight, dout, inp, weight, rstd, N, C);
+}
+
+void Numerics::linear_forward_siblings(std::initializer_list<float*> outs, float* saved,
+                                       const float* inp,
+                                       std::initializer_list<const float*> weights,
+                                       std::initializer_list<int> widths, int N, int IC) {
+  FORGE_CHECK(outs.size() == weights.size() && widths.size() == weights.size(),
+              "linear_forward_siblings: {} outputs, {} weights, {} widths", outs.size(),
+              weights.size(), widths.size());
+  for (size_t i = 0; i < outs.size(); ++i) {
+    if (i == 0)
+      linear_forward(outs.begin()[i], saved, inp, weights.begin()[i], nullptr, N, IC,
+                     widths.begin()[i]);
+    else
+      linear_forward_same_input(outs.begin()[i], saved, inp, weights.begin()[i], nullptr, N, IC,
+                                widths.begin()[i]);
+  }
+}
+
+void Numerics::linear_backward_siblings(float* dinp, float* scratch,
+                                        std::initializer_list<float*> dweights,
+                                        std::initializer_list<const float*> douts,
+                                        const float* inp,
+                                        std::initializer_list<const float*> weights,
+                                        const float* saved, std::initializer_list<int> widths,
+                                        int N, int IC) {
+  const size_t count = weights.size();
+  FORGE_CHECK(dweights.size() == count && douts.size() == count && widths.size() == count &&
+                  count > 0,
+              "linear_backward_siblings: {} weight gradients, {} output gradients, {} weights, "
+              "{} widths",
+              dweights.size(), douts.size(), count, widths.size());
+  for (size_t j = 0; j < count; ++j) {
+    const size_t i = count - 1 - j;  // autograd reaches the last sibling first
+    linear_backward(j == 0 ? dinp : scratch, dweights.begin()[i], nullptr, douts.begin()[i], inp,
+                    weights.begin()[i], saved, N, IC, widths.begin()[i]);
+    if (j > 0) add_inplace(dinp, scratch, static_cast<size_t>(N) * IC);
+  }
 }
 
 void Numerics::layernorm_backward_residual(float* dinp, float* dweight, float* dbias,

@@ -14,6 +14,7 @@
 #include <array>
 #include <cstddef>
 #include <cstdint>
+#include <initializer_list>
 #include <memory>
 #include <string>
 #include <vector>
@@ -34,6 +35,9 @@ struct StepShape {
   size_t linear_weight_floats = 0;
   // Their shapes, [out, in] each, in declaration order (empty when the caller plans none).
   std::vector<std::array<int, 2>> linear_shapes;
+  // Each group of sibling linear layers the model runs (linear_forward_siblings), as one
+  // stacked layer's [sum of outs, in], for a profile that multiplies a group at once.
+  std::vector<std::array<int, 2>> stacked_linear_shapes;
 };
 
 // One parameter tensor as the optimizer sees it.
@@ -120,6 +124,26 @@ class Numerics {
   virtual void linear_backward(float* dinp, float* dweight, float* dbias, const float* dout,
                                const float* inp, const float* weight, const float* saved, int N,
                                int IC, int OC) = 0;
+
+  // --- sibling linear layers: bias-free layers reading the same inp (Llama's q, k, v of one
+  // norm's output; gate and up of the other), outs[i][N, widths[i]] = inp weights[i]^T ------
+  // The default runs linear_forward, then linear_forward_same_input for the others, through
+  // one saved buffer of the largest of their linear_saved_floats. A profile may multiply once
+  // by the stacked weight where the weights (and their gradients) lie back to back.
+  virtual void linear_forward_siblings(std::initializer_list<float*> outs, float* saved,
+                                       const float* inp,
+                                       std::initializer_list<const float*> weights,
+                                       std::initializer_list<int> widths, int N, int IC);
+  // dweights[i] = douts[i]^T inp, and dinp = the sum over the layers of douts[i] weights[i]
+  // in autograd's order, from the last layer to the first. The default computes each term
+  // but the first into dinp or scratch (N*IC floats) and adds it.
+  virtual void linear_backward_siblings(float* dinp, float* scratch,
+                                        std::initializer_list<float*> dweights,
+                                        std::initializer_list<const float*> douts,
+                                        const float* inp,
+                                        std::initializer_list<const float*> weights,
+                                        const float* saved, std::initializer_list<int> widths,
+                                        int N, int IC);
 
   // --- causal multi-head self-attention ---------------------------------------------------
   // qkv[B,T,3C] holds q | k | v, each [B,T,NH,hd]; out[B,T,C] = softmax(q k^T / sqrt(hd) +

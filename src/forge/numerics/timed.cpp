@@ -63,6 +63,25 @@ void TimedNumerics::linear_backward(float* dinp, float* dw, float* db, const flo
   timed(OC > 4 * IC ? "lm head bwd" : "linear bwd",
         [&] { inner_->linear_backward(dinp, dw, db, dout, inp, w, saved, N, IC, OC); });
 }
+void TimedNumerics::linear_forward_siblings(std::initializer_list<float*> outs, float* saved,
+                                            const float* inp,
+                                            std::initializer_list<const float*> weights,
+                                            std::initializer_list<int> widths, int N, int IC) {
+  timed("linear fwd",
+        [&] { inner_->linear_forward_siblings(outs, saved, inp, weights, widths, N, IC); });
+}
+void TimedNumerics::linear_backward_siblings(float* dinp, float* scratch,
+                                             std::initializer_list<float*> dweights,
+                                             std::initializer_list<const float*> douts,
+                                             const float* inp,
+                                             std::initializer_list<const float*> weights,
+                                             const float* saved, std::initializer_list<int> widths,
+                                             int N, int IC) {
+  timed("linear bwd", [&] {
+    inner_->linear_backward_siblings(dinp, scratch, dweights, douts, inp, weights, saved, widths,
+                                     N, IC);
+  });
+}
 void TimedNumerics::attention_forward(float* out, float* saved, const float* qkv, int B, int T,
                                       int C, int NH) {
   timed("attention fwd", [&] { inner_->attention_forward(out, saved, qkv, B, T, C, NH); });

@@ -59,6 +59,13 @@ class TimedNumerics final : public Numerics {
   void linear_backward(float* dinp, float* dweight, float* dbias, const float* dout,
                        const float* inp, const float* weight, const float* saved, int N, int IC,
                        int OC) override;
+  void linear_forward_siblings(std::initializer_list<float*> outs, float* saved, const float* inp,
+                               std::initializer_list<const float*> weights,
+                               std::initializer_list<int> widths, int N, int IC) override;
+  void linear_backward_siblings(float* dinp, float* scratch, std::initializer_list<float*> dweights,
+                                std::initializer_list<const float*> douts, const float* inp,
+                                std::initializer_list<const float*> weights, const float* saved,
+                                std::initializer_list<int> widths, int N, int IC) override;
   size_t attention_saved_floats(int B, int T, int C, int NH) const override {
     return inner_->attention_saved_floats(B, T, C, NH);
   }
