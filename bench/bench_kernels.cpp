@@ -1,5 +1,5 @@
 // Kernel benchmarks (Google Benchmark) on the shapes of configs small (B=8, T=256, C=384,
-// NH=6, V=256) and gpt2-124m (B=4, T=256, C=768, NH=12, V=50304):
+// NH=6, V=256) and gpt2-124m (B=4, T=256, C=768, NH=12, V=50304), and llama-small's GEMMs:
 //  - every linear layer's three GEMMs (forward, dinp, dweight): OpenBLAS vs oneDNN (matmul
 //    primitive and dnnl_sgemm; built with FORGE_HAVE_DNNL) vs forge's own packed kernel;
 //  - attention, layernorm and the classifier: forge's fused kernels against the unfused
@@ -55,6 +55,11 @@ const LinearShape kShapes[] = {
     {"small/lm_head", 2048, 384, 256},  {"124m/qkv", 1024, 768, 2304},
     {"124m/attn_proj", 1024, 768, 768}, {"124m/fc", 1024, 768, 3072},
     {"124m/mlp_proj", 1024, 3072, 768}, {"124m/lm_head", 1024, 768, 50304},
+    // llama-small (B=8, T=256, C=512, 8 heads over 2 KV heads, SwiGLU 1408): q | k | v and
+    // gate | up stacked as `fast` runs them, and k (or v) alone for the unstacked comparison.
+    {"llama/qkv", 2048, 512, 768},      {"llama/k", 2048, 512, 128},
+    {"llama/o_proj", 2048, 512, 512},   {"llama/gate_up", 2048, 512, 2816},
+    {"llama/down", 2048, 1408, 512},
 };
 
 enum class Pass { kForward, kDinp, kDweight };
