@@ -7,11 +7,13 @@
 #include <cstdint>
 #include <functional>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "forge/core/error.h"
 #include "forge/kernels/adamw.h"
 #include "forge/kernels/attention.h"
+#include "forge/kernels/bf16_gemm.h"
 #include "forge/kernels/cpu/dispatch.h"
 #include "forge/kernels/cross_entropy.h"
 #include "forge/kernels/elementwise.h"
@@ -170,11 +172,13 @@ TEST(Kernels, LinearMatchesFloat64) {
   check_linear(1, 3, 1, true, true);
 }
 
-// Sibling linear layers (Llama's q, k, v): the `fast` profile multiplies by the stacked weight
-// when the weights lie back to back, and runs them one by one when they do not; both must be
-// the separate layers' math, with d(inp) the sum of every layer's term.
-void check_linear_siblings(bool back_to_back) {
-  SCOPED_TRACE(testing::Message() << "back_to_back=" << back_to_back);
+// Sibling linear layers (Llama's q, k, v): `fast` and `bf16` multiply by the stacked weight
+// when the weights lie back to back, and run them one by one when they do not; both must be
+// the separate layers' math (for bf16 on bf16-rounded operands: scalar::bf16_linear_*), with
+// d(inp) the sum of every layer's term.
+void check_linear_siblings(const std::string& profile, bool back_to_back) {
+  SCOPED_TRACE(testing::Message() << profile << " back_to_back=" << back_to_back);
+  const bool bf16 = profile == "bf16";
   const int B = 7, T = 13, N = B * T, IC = 37;
   const int widths[] = {29, 11, 11};
   const int total = 29 + 11 + 11, gap = back_to_back ? 0 : 16;
@@ -190,29 +194,40 @@ void check_linear_siblings(bool back_to_back) {
   }
   Floats dx(size_t(N) * IC), scratch(size_t(N) * IC);
 
-  auto nx = forge::make_numerics("fast");
+  auto nx = forge::make_numerics(profile);
   forge::StepShape shape;
   shape.B = B, shape.T = T, shape.C = IC;
+  shape.linear_weights = 3;  // as the model plans them: bf16 keeps each weight's operand
+  shape.linear_weight_floats = size_t(total) * IC;
   shape.stacked_linear_shapes = {{total, IC}};
   nx->plan(shape);
-  nx->linear_forward_siblings({out[0].data(), out[1].data(), out[2].data()}, nullptr, x.data(),
-                              {&w[offset[0]], &w[offset[1]], &w[offset[2]]},
+  Floats saved(nx->linear_saved_floats(N, IC, total));
+  nx->linear_forward_siblings({out[0].data(), out[1].data(), out[2].data()}, saved.data(),
+                              x.data(), {&w[offset[0]], &w[offset[1]], &w[offset[2]]},
                               {widths[0], widths[1], widths[2]}, N, IC);
   nx->linear_backward_siblings(dx.data(), scratch.data(),
                                {&dw[offset[0]], &dw[offset[1]], &dw[offset[2]]},
                                {dout[0].data(), dout[1].data(), dout[2].data()}, x.data(),
-                               {&w[offset[0]], &w[offset[1]], &w[offset[2]]}, nullptr,
+                               {&w[offset[0]], &w[offset[1]], &w[offset[2]]}, saved.data(),
                                {widths[0], widths[1], widths[2]}, N, IC);
 
   const Doubles x64 = widen(x);
   Doubles dx64(size_t(N) * IC, 0.0);
   for (int i = 0; i < 3; ++i) {
-    const Doubles w64(w.begin() + offset[i], w.begin() + offset[i] + size_t(widths[i]) * IC);
+    const Floats w_i(w.begin() + offset[i], w.begin() + offset[i] + size_t(widths[i]) * IC);
+    const Doubles w64 = widen(w_i);
     Doubles out64(size_t(N) * widths[i]), dxi(size_t(N) * IC), dwi(size_t(widths[i]) * IC);
-    scalar::linear_forward<double>(out64.data(), x64.data(), w64.data(), nullptr, N, IC,
-                                   widths[i]);
-    scalar::linear_backward<double>(dxi.data(), dwi.data(), nullptr, widen(dout[i]).data(),
-                                    x64.data(), w64.data(), N, IC, widths[i]);
+    if (bf16) {
+      scalar::bf16_linear_forward<double>(out64.data(), x.data(), w_i.data(), nullptr, N, IC,
+                                          widths[i]);
+      scalar::bf16_linear_backward<double>(dxi.data(), dwi.data(), nullptr, dout[i].data(),
+                                           x.data(), w_i.data(), N, IC, widths[i]);
+    } else {
+      scalar::linear_forward<double>(out64.data(), x64.data(), w64.data(), nullptr, N, IC,
+                                     widths[i]);
+      scalar::linear_backward<double>(dxi.data(), dwi.data(), nullptr, widen(dout[i]).data(),
+                                      x64.data(), w64.data(), N, IC, widths[i]);
+    }
     for (size_t j = 0; j < dxi.size(); ++j) dx64[j] += dxi[j];
     EXPECT_LT(rel_l2(out[i], out64), kTol) << "layer " << i;
     const Floats dw_i(dw.begin() + offset[i], dw.begin() + offset[i] + dwi.size());
@@ -225,8 +240,10 @@ void check_linear_siblings(bool back_to_back) {
 }
 
 TEST(Kernels, LinearSiblingsMatchFloat64) {
-  check_linear_siblings(true);
-  check_linear_siblings(false);
+  for (const std::string profile : {"fast", "bf16"}) {
+    check_linear_siblings(profile, true);
+    check_linear_siblings(profile, false);
+  }
 }
 
 TEST(Kernels, SplitAndJoinColumnsAreInverse) {

@@ -18,6 +18,7 @@
 #include "forge/kernels/attention_bf16.h"
 #include "forge/kernels/bf16_gemm.h"
 #include "forge/numerics/profiles.h"
+#include "forge/numerics/stacked_linear.h"
 
 namespace forge {
 
@@ -53,6 +54,7 @@ class Bf16Numerics final : public Numerics {
     StepShape fast_shape = s;
     fast_shape.linear_shapes.clear();  // the linear layers are this profile's own
     fast_shape.stacked_linear_shapes.clear();
+    stacked_.resize(stacked_siblings_floats(s));
     fast_->plan(fast_shape);
     // The scratch holds the rounded operands of the largest linear layer the models build
     // (gpt2.cpp, llama.cpp); sized per (in, out) pair, not max(in) x max(out), since the
@@ -130,6 +132,24 @@ class Bf16Numerics final : public Numerics {
                        int OC) override {
     k::bf16_linear_backward(dinp, dweight, dbias, dout, inp, weight, saved, N, IC, OC,
                             scratch_for(N, IC, OC), weight_slot(weight, IC, OC, false));
+  }
+
+  // As `fast` does (numerics/stacked_linear.h): one GEMM by the stacked weight, whose bf16
+  // operand then has one slot, converted once per forward like any other weight's.
+  void linear_forward_siblings(std::initializer_list<float*> outs, float* saved, const float* inp,
+                               std::initializer_list<const float*> weights,
+                               std::initializer_list<int> widths, int N, int IC) override {
+    if (!stacked_siblings_forward(*this, stacked_, outs, saved, inp, weights, widths, N, IC))
+      Numerics::linear_forward_siblings(outs, saved, inp, weights, widths, N, IC);
+  }
+  void linear_backward_siblings(float* dinp, float* scratch, std::initializer_list<float*> dweights,
+                                std::initializer_list<const float*> douts, const float* inp,
+                                std::initializer_list<const float*> weights, const float* saved,
+                                std::initializer_list<int> widths, int N, int IC) override {
+    if (!stacked_siblings_backward(*this, stacked_, dinp, dweights, douts, inp, weights, saved,
+                                   widths, N, IC))
+      Numerics::linear_backward_siblings(dinp, scratch, dweights, douts, inp, weights, saved,
+                                         widths, N, IC);
   }
 
   size_t attention_saved_floats(int B, int T, int C, int NH) const override {
@@ -296,6 +316,7 @@ class Bf16Numerics final : public Numerics {
   // FloatBuffers rather than vectors: the scratch reaches 2 x N x Vp bf16 operands (206 MB
   // on gpt2-124m), which then sit on huge pages like the activations.
   FloatBuffer scratch_;
+  FloatBuffer stacked_;  // a stacked layer's product in forward, its output gradient in backward
   FloatBuffer attention_workspace_;
   // The linear layers' weight operands (weight_slot), planned for StepShape's linear weights.
   struct WeightSlot {

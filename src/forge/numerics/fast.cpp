@@ -17,6 +17,7 @@
 #include "forge/kernels/layernorm.h"
 #include "forge/kernels/linear.h"
 #include "forge/numerics/profiles.h"
+#include "forge/numerics/stacked_linear.h"
 
 namespace forge {
 
@@ -46,13 +47,10 @@ class FastNumerics final : public Numerics {
       if (out != shape.Vp) room = std::max(room, k::linear_weight_workspace_floats(in, out));
     // A group of sibling layers runs as one stacked layer where its weights lie back to back
     // (linear_forward_siblings): room for the stacked product, and for its weight's layout.
-    size_t stacked = 0;
-    for (const auto& [out, in] : shape.stacked_linear_shapes) {
-      stacked = std::max(stacked, static_cast<size_t>(shape.B) * shape.T * out);
+    for (const auto& [out, in] : shape.stacked_linear_shapes)
       room = std::max(room, k::linear_weight_workspace_floats(in, out));
-    }
     weight_workspace_.resize(room);
-    stacked_.resize(stacked);
+    stacked_.resize(stacked_siblings_floats(shape));
   }
 
   void embedding_forward(float* out, const int32_t* tokens, const float* wte, const float* wpe,
@@ -95,37 +93,26 @@ class FastNumerics final : public Numerics {
     k::linear_backward(dinp, dweight, dbias, dout, inp, weight, N, IC, OC);
   }
 
-  // One GEMM by the stacked weight instead of one per layer. On llama-small (2048 rows; q | k
-  // | v = 512 | 128 | 128 and gate | up = 1408 | 1408 by 512), AVX2 Zen 3, engine alone, three
-  // alternating rounds: steps of 1985-2013 ms stacked against 2005-2139 ms one by one; the
-  // narrow k and v gain most (their weight gradients alone: 15 ms a layer as three GEMMs, 10
-  // stacked). The product goes through stacked_ and is then copied into each layer's buffer
-  // (about 1 ms a layer for gate | up).
+  // One GEMM by the stacked weight instead of one per layer (numerics/stacked_linear.h). On
+  // llama-small (2048 rows; q | k | v = 512 | 128 | 128 and gate | up = 1408 | 1408 by 512),
+  // AVX2 Zen 3, engine alone, three alternating rounds: steps of 1985-2013 ms stacked against
+  // 2005-2139 ms one by one; the narrow k and v gain most (their weight gradients alone: 15
+  // ms a layer as three GEMMs, 10 stacked). The product goes through stacked_ and is then
+  // copied into each layer's buffer (about 1 ms a layer for gate | up).
   void linear_forward_siblings(std::initializer_list<float*> outs, float* saved, const float* inp,
                                std::initializer_list<const float*> weights,
                                std::initializer_list<int> widths, int N, int IC) override {
-    const int stacked = stacked_width(weights, widths, IC);
-    if (stacked == 0 || outs.size() != weights.size() ||
-        static_cast<size_t>(N) * stacked > stacked_.size())
-      return Numerics::linear_forward_siblings(outs, saved, inp, weights, widths, N, IC);
-    linear_forward(stacked_.data(), nullptr, inp, *weights.begin(), nullptr, N, IC, stacked);
-    k::split_columns(outs.begin(), widths.begin(), static_cast<int>(outs.size()), stacked_.data(),
-                     N);
+    if (!stacked_siblings_forward(*this, stacked_, outs, saved, inp, weights, widths, N, IC))
+      Numerics::linear_forward_siblings(outs, saved, inp, weights, widths, N, IC);
   }
   void linear_backward_siblings(float* dinp, float* scratch, std::initializer_list<float*> dweights,
                                 std::initializer_list<const float*> douts, const float* inp,
                                 std::initializer_list<const float*> weights, const float* saved,
                                 std::initializer_list<int> widths, int N, int IC) override {
-    const int stacked = stacked_width(weights, widths, IC);
-    if (stacked == 0 || douts.size() != weights.size() ||
-        stacked_width(dweights, widths, IC) != stacked ||
-        static_cast<size_t>(N) * stacked > stacked_.size())
-      return Numerics::linear_backward_siblings(dinp, scratch, dweights, douts, inp, weights,
-                                                saved, widths, N, IC);
-    k::join_columns(stacked_.data(), douts.begin(), widths.begin(), static_cast<int>(douts.size()),
-                    N);
-    k::linear_backward(dinp, *dweights.begin(), nullptr, stacked_.data(), inp, *weights.begin(), N,
-                       IC, stacked);
+    if (!stacked_siblings_backward(*this, stacked_, dinp, dweights, douts, inp, weights, saved,
+                                   widths, N, IC))
+      Numerics::linear_backward_siblings(dinp, scratch, dweights, douts, inp, weights, saved,
+                                         widths, N, IC);
   }
 
   size_t attention_saved_floats(int B, int T, int C, int NH) const override {
@@ -168,20 +155,6 @@ class FastNumerics final : public Numerics {
   }
 
  private:
-  // The rows of the stacked weight of siblings whose weights lie back to back, each [widths[i],
-  // IC] right after the previous one; 0 when they do not (or the lists disagree).
-  template <typename Pointer>
-  static int stacked_width(std::initializer_list<Pointer> weights,
-                           std::initializer_list<int> widths, int IC) {
-    if (weights.size() == 0 || weights.size() != widths.size()) return 0;
-    int rows = 0;
-    for (size_t i = 0; i < weights.size(); ++i) {
-      if (weights.begin()[i] != *weights.begin() + static_cast<size_t>(rows) * IC) return 0;
-      rows += widths.begin()[i];
-    }
-    return rows;
-  }
-
   FloatBuffer weight_workspace_;
   FloatBuffer stacked_;  // a stacked layer's product in forward, its output gradient in backward
 };
