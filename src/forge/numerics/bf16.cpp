@@ -136,21 +136,7 @@ class Bf16Numerics final : public Numerics {
 
   // As `fast` does (numerics/stacked_linear.h): one GEMM by the stacked weight, whose bf16
   // operand then has one slot, converted once per forward like any other weight's.
-  void linear_forward_siblings(std::initializer_list<float*> outs, float* saved, const float* inp,
-                               std::initializer_list<const float*> weights,
-                               std::initializer_list<int> widths, int N, int IC) override {
-    if (!stacked_siblings_forward(*this, stacked_, outs, saved, inp, weights, widths, N, IC))
-      Numerics::linear_forward_siblings(outs, saved, inp, weights, widths, N, IC);
-  }
-  void linear_backward_siblings(float* dinp, float* scratch, std::initializer_list<float*> dweights,
-                                std::initializer_list<const float*> douts, const float* inp,
-                                std::initializer_list<const float*> weights, const float* saved,
-                                std::initializer_list<int> widths, int N, int IC) override {
-    if (!stacked_siblings_backward(*this, stacked_, dinp, dweights, douts, inp, weights, saved,
-                                   widths, N, IC))
-      Numerics::linear_backward_siblings(dinp, scratch, dweights, douts, inp, weights, saved,
-                                         widths, N, IC);
-  }
+  std::span<float> stacked_product_room() override { return {stacked_.data(), stacked_.size()}; }
 
   size_t attention_saved_floats(int B, int T, int C, int NH) const override {
     return bf16_attention_ ? k::attention_bf16_saved_floats(B, T, NH)

@@ -99,21 +99,7 @@ class FastNumerics final : public Numerics {
   // 2005-2139 ms one by one; the narrow k and v gain most (their weight gradients alone: 15
   // ms a layer as three GEMMs, 10 stacked). The product goes through stacked_ and is then
   // copied into each layer's buffer (about 1 ms a layer for gate | up).
-  void linear_forward_siblings(std::initializer_list<float*> outs, float* saved, const float* inp,
-                               std::initializer_list<const float*> weights,
-                               std::initializer_list<int> widths, int N, int IC) override {
-    if (!stacked_siblings_forward(*this, stacked_, outs, saved, inp, weights, widths, N, IC))
-      Numerics::linear_forward_siblings(outs, saved, inp, weights, widths, N, IC);
-  }
-  void linear_backward_siblings(float* dinp, float* scratch, std::initializer_list<float*> dweights,
-                                std::initializer_list<const float*> douts, const float* inp,
-                                std::initializer_list<const float*> weights, const float* saved,
-                                std::initializer_list<int> widths, int N, int IC) override {
-    if (!stacked_siblings_backward(*this, stacked_, dinp, dweights, douts, inp, weights, saved,
-                                   widths, N, IC))
-      Numerics::linear_backward_siblings(dinp, scratch, dweights, douts, inp, weights, saved,
-                                         widths, N, IC);
-  }
+  std::span<float> stacked_product_room() override { return {stacked_.data(), stacked_.size()}; }
 
   size_t attention_saved_floats(int B, int T, int C, int NH) const override {
     return k::attention_saved_floats(B, T, C, NH);

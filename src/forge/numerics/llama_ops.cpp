@@ -7,6 +7,7 @@
 #include "forge/kernels/rope.h"
 #include "forge/kernels/swiglu.h"
 #include "forge/numerics/numerics.h"
+#include "forge/numerics/stacked_linear.h"
 
 namespace forge {
 
@@ -29,6 +30,9 @@ void Numerics::linear_forward_siblings(std::initializer_list<float*> outs, float
   FORGE_CHECK(outs.size() == weights.size() && widths.size() == weights.size(),
               "linear_forward_siblings: {} outputs, {} weights, {} widths", outs.size(),
               weights.size(), widths.size());
+  if (stacked_siblings_forward(*this, stacked_product_room(), outs, saved, inp, weights, widths,
+                               N, IC))
+    return;
   for (size_t i = 0; i < outs.size(); ++i) {
     if (i == 0)
       linear_forward(outs.begin()[i], saved, inp, weights.begin()[i], nullptr, N, IC,
@@ -52,6 +56,9 @@ void Numerics::linear_backward_siblings(float* dinp, float* scratch,
               "linear_backward_siblings: {} weight gradients, {} output gradients, {} weights, "
               "{} widths",
               dweights.size(), douts.size(), count, widths.size());
+  if (stacked_siblings_backward(*this, stacked_product_room(), dinp, dweights, douts, inp,
+                                weights, saved, widths, N, IC))
+    return;
   for (size_t j = 0; j < count; ++j) {
     const size_t i = count - 1 - j;  // autograd reaches the last sibling first
     linear_backward(j == 0 ? dinp : scratch, dweights.begin()[i], nullptr, douts.begin()[i], inp,

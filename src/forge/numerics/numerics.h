@@ -16,6 +16,7 @@
 #include <cstdint>
 #include <initializer_list>
 #include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -127,16 +128,17 @@ class Numerics {
 
   // --- sibling linear layers: bias-free layers reading the same inp (Llama's q, k, v of one
   // norm's output; gate and up of the other), outs[i][N, widths[i]] = inp weights[i]^T ------
-  // The default runs linear_forward, then linear_forward_same_input for the others, through
-  // one saved buffer of the largest of their linear_saved_floats. A profile may multiply once
-  // by the stacked weight where the weights (and their gradients) lie back to back.
+  // With stacked_product_room() (below), one layer of the stacked weight where the weights
+  // (and their gradients) lie back to back. Otherwise linear_forward, then
+  // linear_forward_same_input for the others, through one saved buffer of the largest of their
+  // linear_saved_floats.
   virtual void linear_forward_siblings(std::initializer_list<float*> outs, float* saved,
                                        const float* inp,
                                        std::initializer_list<const float*> weights,
                                        std::initializer_list<int> widths, int N, int IC);
   // dweights[i] = douts[i]^T inp, and dinp = the sum over the layers of douts[i] weights[i]
-  // in autograd's order, from the last layer to the first. The default computes each term
-  // but the first into dinp or scratch (N*IC floats) and adds it.
+  // in autograd's order, from the last layer to the first: one by one, each term but the first
+  // goes into scratch (N*IC floats) and is added to dinp.
   virtual void linear_backward_siblings(float* dinp, float* scratch,
                                         std::initializer_list<float*> dweights,
                                         std::initializer_list<const float*> douts,
@@ -227,6 +229,13 @@ class Numerics {
   // torch.nn.utils.clip_grad_norm_ does (coef = max/(norm+1e-6), clamped to 1), then
   // torch.optim.AdamW on each tensor. Gradients may be left clipped or untouched.
   virtual double optimizer_step(ParamRef* params, int count, const OptimizerStep& hp) = 0;
+
+ protected:
+  // Room for a group of sibling layers' stacked product (stacked_siblings_floats(shape)
+  // floats, planned in plan()). A profile that gives it runs each group whose weights lie
+  // back to back as one layer of the stacked weight, through its own linear_forward and
+  // linear_backward (numerics/stacked_linear.h); empty, the default: one by one.
+  virtual std::span<float> stacked_product_room() { return {}; }
 };
 
 // "fast" | "torch-cpu" | "bf16"; throws forge::Error listing the known profiles.

@@ -29,7 +29,7 @@ size_t stacked_siblings_floats(const StepShape& shape) {
   return floats;
 }
 
-bool stacked_siblings_forward(Numerics& nx, FloatBuffer& stacked,
+bool stacked_siblings_forward(Numerics& nx, std::span<float> stacked,
                               std::initializer_list<float*> outs, float* saved, const float* inp,
                               std::initializer_list<const float*> weights,
                               std::initializer_list<int> widths, int N, int IC) {
@@ -43,7 +43,7 @@ bool stacked_siblings_forward(Numerics& nx, FloatBuffer& stacked,
   return true;
 }
 
-bool stacked_siblings_backward(Numerics& nx, FloatBuffer& stacked, float* dinp,
+bool stacked_siblings_backward(Numerics& nx, std::span<float> stacked, float* dinp,
                                std::initializer_list<float*> dweights,
                                std::initializer_list<const float*> douts, const float* inp,
                                std::initializer_list<const float*> weights, const float* saved,
