@@ -12,12 +12,13 @@
 
 namespace forge {
 
-// The floats a profile plans for `stacked` below (its stacked_product_room()): the widest stacked product of the step.
+// The floats a profile plans for `stacked` below (its stacked_product_room()): the widest
+// stacked product of the step.
 size_t stacked_siblings_floats(const StepShape& shape);
 
 // Each returns false, having done nothing, where the weights (or, backward, their gradients)
-// do not lie back to back or `stacked` is too small; the caller then runs the layers one by
-// one (Numerics' default). Forward: stacked = inp W^T, then split into outs. Backward: the
+// do not lie back to back or `stacked` is too small; the caller, Numerics' default, then runs
+// the layers one by one. Forward: stacked = inp W^T, then split into outs. Backward: the
 // output gradients joined into stacked, then one linear_backward of the stacked layer; the
 // weight gradients land in place since they lie back to back too.
 bool stacked_siblings_forward(Numerics& nx, std::span<float> stacked,
