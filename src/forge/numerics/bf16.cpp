@@ -65,8 +65,12 @@ class Bf16Numerics final : public Numerics {
     const int dq = s.NH * hd, dkv = kvh * hd;
     const int rows = s.B * s.T;
     // With the model's weights planned, each has its operand slot and the scratch needs no
-    // room for one (on gpt2-124m that room would be the classifier's 77 MB).
-    planned_weights_ = static_cast<size_t>(s.linear_weights);
+    // room for one (on gpt2-124m that room would be the classifier's 77 MB). Not without bf16
+    // dot products: an operand is then a rounded fp32 copy, as large as the weight itself, and
+    // keeping one per weight would cost the weights' size again (86 MiB on llama-small, which
+    // put `bf16` above torch.compile's peak RSS) to save one rounding pass per backward; the
+    // kernels round each weight into the scratch instead, to the same bits.
+    planned_weights_ = k::native_bf16_available() ? static_cast<size_t>(s.linear_weights) : 0;
     size_t need = 0;
     for (int oc : {s.C, 3 * s.C, ffn, 2 * ffn, s.Vp, dq, dkv, dq + 2 * dkv})
       need = std::max(need, k::bf16_linear_scratch_floats(rows, s.C, oc, slots_planned()));
@@ -74,8 +78,9 @@ class Bf16Numerics final : public Numerics {
       need = std::max(need, k::bf16_linear_scratch_floats(rows, ic, s.C, slots_planned()));
     scratch_.resize(need);
     // Each slot is rounded up to a cache line: at most 16 floats more per weight.
-    weight_operands_.resize(k::bf16_operand_floats(s.linear_weight_floats) +
-                            16 * static_cast<size_t>(s.linear_weights));
+    weight_operands_.resize(slots_planned() ? k::bf16_operand_floats(s.linear_weight_floats) +
+                                                  16 * static_cast<size_t>(s.linear_weights)
+                                            : 0);
     weight_slots_.clear();
     weight_slots_.reserve(planned_weights_);
     last_slot_ = 0;
