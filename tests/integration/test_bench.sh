@@ -45,6 +45,15 @@ for prof, dtype in (("fast", "fp32"), ("bf16", "bf16")):
     need("eager" in ref_name and dtype in ref_name, f"{prof}: reference named {ref_name}")
     ratio = p["engine"]["tokens_per_s"] / ref["tokens_per_s"]
     need(abs(p["ratio_to_fastest_reference"] - ratio) < 1e-9 * ratio, f"{prof}: ratio")
+    low, high = p["ratio_interquartile_range"]
+    need(0 < low <= ratio <= high, f"{prof}: ratio {ratio} inside its quartile range {low}-{high}")
+    # The line under the table must state the range and the verdict that follows from it.
+    verdict = ("forge is faster across the quartiles" if low > 1 else
+               "forge is slower across the quartiles" if high < 1 else "the quartiles overlap")
+    md = open("report.md").read()
+    need(f"`{prof}` against the fastest reference ({ref_name}): {ratio:.2f}x; "
+         f"{low:.2f}-{high:.2f}x between the steps' quartiles: {verdict}" in md,
+         f"{prof}: report.md's ratio line")
     ops = p["engine_op_seconds_per_step"]
     need(all(k in ops for k in ("linear fwd", "linear bwd", "attention fwd", "clip + AdamW")),
          f"{prof}: breakdown ops {sorted(ops)}")

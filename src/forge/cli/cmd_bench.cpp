@@ -11,6 +11,7 @@
 #include <ctime>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <sstream>
 
 #include <nlohmann/json.hpp>
@@ -75,12 +76,40 @@ struct Side {
   std::vector<double> seconds;
   size_t rss = 0;
   int tokens_per_step = 0;
-  double tokens_per_s() const {
+  double tokens_per_s() const { return tokens_per_step / quartile(2); }
+  // Step time quartile q: 1 and 3 the lower and upper (with 5 steps, the 2nd and the 4th
+  // fastest), 2 the median.
+  double quartile(int q) const {
     auto s = seconds;
     std::sort(s.begin(), s.end());
-    return tokens_per_step / s[s.size() / 2];
+    return s[s.size() * q / 4];
   }
 };
+
+// forge's speed over the reference's as `forge bench` reports it (medians), and the range
+// the steps' quartiles allow: forge's slower quartile against the reference's faster one, and
+// the other way round. On a shared machine one round's median ratio can sit anywhere in that
+// range; only where the whole range lies on one side of 1 does one round say which is faster.
+struct Ratio {
+  double median, low, high;
+};
+Ratio speed_ratio(const Side& engine, const Side& ref) {
+  const double tokens = static_cast<double>(engine.tokens_per_step) / ref.tokens_per_step;
+  return {engine.tokens_per_s() / ref.tokens_per_s(),
+          tokens * ref.quartile(1) / engine.quartile(3),
+          tokens * ref.quartile(3) / engine.quartile(1)};
+}
+
+// The line under the table for one profile.
+std::string ratio_line(const std::string& prof, const std::string& ref_name, const Ratio& r) {
+  const char* verdict = r.low > 1    ? "forge is faster across the quartiles"
+                        : r.high < 1 ? "forge is slower across the quartiles"
+                                     : "the quartiles overlap: more `--rounds` are needed to "
+                                       "say which is faster";
+  return fmt::format("\n`{}` against the fastest reference ({}): {:.2f}x; {:.2f}-{:.2f}x "
+                     "between the steps' quartiles: {}.\n",
+                     prof, ref_name, r.median, r.low, r.high, verdict);
+}
 
 std::string cpu_model() {
   std::ifstream f("/proc/cpuinfo");
@@ -206,16 +235,22 @@ void run_bench(const BenchOptions& o) {
       "| --- | --- | ---: | ---: | ---: | ---: | ---: |\n",
       o.config, o.profiles, o.reference, cpu_model(), nthreads, date, peak.fp32_flops / 1e9,
       o.steps, o.rounds, o.warmup);
+  std::string ratio_lines;
   for (const auto& prof : profiles) {
     nlohmann::json pj;
     pj["engine"] = describe(engine[prof]);
     const double etps = engine[prof].tokens_per_s();
-    double fastest = 0;
+    const Side* fastest = nullptr;
     for (auto& [mode, s] : refs[prof]) {
       pj["references"][s.name] = describe(s);
-      fastest = std::max(fastest, s.tokens_per_s());
+      if (!fastest || s.tokens_per_s() > fastest->tokens_per_s()) fastest = &s;
     }
-    if (fastest > 0) pj["ratio_to_fastest_reference"] = etps / fastest;
+    std::optional<Ratio> ratio;
+    if (fastest) {
+      ratio = speed_ratio(engine[prof], *fastest);
+      pj["ratio_to_fastest_reference"] = ratio->median;
+      pj["ratio_interquartile_range"] = {ratio->low, ratio->high};
+    }
     pj["engine_arithmetic"] = arithmetic[prof];
     if (o.breakdown) pj["engine_op_seconds_per_step"] = breakdown[prof];
     report["profiles"][prof] = pj;
@@ -229,7 +264,9 @@ void run_bench(const BenchOptions& o) {
     };
     row(engine[prof], 0);
     for (auto& [mode, s] : refs[prof]) row(s, etps / s.tokens_per_s());
+    if (ratio) ratio_lines += ratio_line(prof, fastest->name, *ratio);
   }
+  md += ratio_lines;
   md += "\nforge's arithmetic on this machine:";
   for (const auto& prof : profiles) md += fmt::format(" `{}`: {}.", prof, arithmetic[prof]);
   md += "\n";
