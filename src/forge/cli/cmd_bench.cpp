@@ -11,7 +11,6 @@
 #include <ctime>
 #include <filesystem>
 #include <fstream>
-#include <optional>
 #include <sstream>
 
 #include <nlohmann/json.hpp>
@@ -77,12 +76,12 @@ struct Side {
   size_t rss = 0;
   int tokens_per_step = 0;
   double tokens_per_s() const { return tokens_per_step / quartile(2); }
-  // Step time quartile q: 1 and 3 the lower and upper (with 5 steps, the 2nd and the 4th
-  // fastest), 2 the median.
+  // Step time quartile q: 0 the fastest step, 1 and 3 the lower and upper quartiles (with 5
+  // steps, the 2nd and the 4th fastest), 2 the median, 4 the slowest.
   double quartile(int q) const {
     auto s = seconds;
     std::sort(s.begin(), s.end());
-    return s[s.size() * q / 4];
+    return s[std::min(s.size() * q / 4, s.size() - 1)];
   }
 };
 
@@ -218,14 +217,12 @@ void run_bench(const BenchOptions& o) {
                         {"flops_per_token", flops_per_token},
                         {"warmup", o.warmup},   {"steps", o.steps}, {"rounds", o.rounds}};
   auto describe = [&](const Side& s) {
-    auto v = s.seconds;
-    std::sort(v.begin(), v.end());
     const double tps = s.tokens_per_s();
     return nlohmann::json{{"tokens_per_s", tps},
                           {"mfu", flops_per_token * tps / peak.fp32_flops},
-                          {"step_ms_median", 1e3 * v[v.size() / 2]},
-                          {"step_ms_min", 1e3 * v.front()},
-                          {"step_ms_max", 1e3 * v.back()},
+                          {"step_ms_median", 1e3 * s.quartile(2)},
+                          {"step_ms_min", 1e3 * s.quartile(0)},
+                          {"step_ms_max", 1e3 * s.quartile(4)},
                           {"peak_rss_bytes", s.rss}};
   };
   std::string md = fmt::format(
@@ -245,11 +242,11 @@ void run_bench(const BenchOptions& o) {
       pj["references"][s.name] = describe(s);
       if (!fastest || s.tokens_per_s() > fastest->tokens_per_s()) fastest = &s;
     }
-    std::optional<Ratio> ratio;
     if (fastest) {
-      ratio = speed_ratio(engine[prof], *fastest);
-      pj["ratio_to_fastest_reference"] = ratio->median;
-      pj["ratio_interquartile_range"] = {ratio->low, ratio->high};
+      const Ratio ratio = speed_ratio(engine[prof], *fastest);
+      pj["ratio_to_fastest_reference"] = ratio.median;
+      pj["ratio_interquartile_range"] = {ratio.low, ratio.high};
+      ratio_lines += ratio_line(prof, fastest->name, ratio);
     }
     pj["engine_arithmetic"] = arithmetic[prof];
     if (o.breakdown) pj["engine_op_seconds_per_step"] = breakdown[prof];
@@ -264,7 +261,6 @@ void run_bench(const BenchOptions& o) {
     };
     row(engine[prof], 0);
     for (auto& [mode, s] : refs[prof]) row(s, etps / s.tokens_per_s());
-    if (ratio) ratio_lines += ratio_line(prof, fastest->name, *ratio);
   }
   md += ratio_lines;
   md += "\nforge's arithmetic on this machine:";

@@ -93,12 +93,11 @@ class FastNumerics final : public Numerics {
     k::linear_backward(dinp, dweight, dbias, dout, inp, weight, N, IC, OC);
   }
 
-  // One GEMM by the stacked weight instead of one per layer (numerics/stacked_linear.h). On
-  // llama-small (2048 rows; q | k | v = 512 | 128 | 128 and gate | up = 1408 | 1408 by 512),
-  // AVX2 Zen 3, engine alone, three alternating rounds: steps of 1985-2013 ms stacked against
-  // 2005-2139 ms one by one; the narrow k and v gain most (their weight gradients alone: 15
-  // ms a layer as three GEMMs, 10 stacked). The product goes through stacked_ and is then
-  // copied into each layer's buffer (about 1 ms a layer for gate | up).
+  // One GEMM by the stacked weight instead of one per layer (numerics/stacked_linear.h): on
+  // llama-small (2048 rows; q | k | v = 512 | 128 | 128 and gate | up = 1408 | 1408 by 512)
+  // the narrow k and v run far below the GEMM's rate on their own (bench_kernels
+  // gemm/*/llama/k/* against gemm/*/llama/qkv/*). The product goes through stacked_ and is
+  // then copied into each layer's buffer.
   std::span<float> stacked_product_room() override { return {stacked_.data(), stacked_.size()}; }
 
   size_t attention_saved_floats(int B, int T, int C, int NH) const override {
