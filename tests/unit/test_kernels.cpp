@@ -265,13 +265,15 @@ TEST(Kernels, SplitAndJoinColumnsAreInverse) {
 // --- gemm ----------------------------------------------------------------------------
 
 void check_gemm_backend(forge::kernels::cpu::GemmBackend backend) {
-  // Awkward sizes: ragged register tiles, several K slices (K > 256), several row blocks.
+  // Awkward sizes: ragged register tiles, several K slices (K > 384), several row blocks
+  // (M > 144) and column blocks (N > 512), C split by rows (M >= N) and by columns.
   struct Shape {
     int M, N, K;
   };
   {
     if (!cpu::gemm_backend_available(backend)) return;
-    for (Shape sh : {Shape{7, 37, 13}, Shape{101, 53, 300}, Shape{193, 611, 29}, Shape{1, 1, 1}})
+    for (Shape sh : {Shape{7, 37, 13}, Shape{101, 53, 300}, Shape{193, 611, 29}, Shape{67, 45, 800},
+                     Shape{1100, 530, 7}, Shape{1, 1, 1}})
       for (bool ta : {false, true})
         for (bool tb : {false, true})
           for (float beta : {0.0f, 1.0f, 0.5f}) {

@@ -1,6 +1,7 @@
 #include "forge/kernels/gemm.h"
 
 #include <cblas.h>
+#include <omp.h>
 
 #include <algorithm>
 #include <cstddef>
