@@ -6,7 +6,8 @@
 //  - oneDNN's BLAS-like dnnl_sgemm and oneDNN's matmul primitive (kernels/cpu/onednn_matmul.h),
 //    both on the OpenMP team, so they share threads with the other kernels instead of
 //    competing with them, when built with FORGE_HAVE_DNNL,
-//  - forge's own packed kernel (MR x NR register tile on the SIMD layer, OpenMP over tiles).
+//  - forge's own packed kernel (MR x NR register tile on the SIMD layer; each thread of the
+//    team packs and computes one contiguous share of C).
 #pragma once
 
 namespace forge::kernels {
