@@ -2,7 +2,9 @@
 // double), and the float64 backward passes against central finite differences.
 // Sizes are deliberately awkward (not multiples of any vector width).
 #include <gtest/gtest.h>
+#include <omp.h>
 
+#include <array>
 #include <cmath>
 #include <cstdint>
 #include <functional>
@@ -302,6 +304,32 @@ TEST(Kernels, GemmBackendsMatchFloat64) {
   check_gemm_backend(GemmBackend::kOneDNN);
   check_gemm_backend(GemmBackend::kOneDnnMatmul);
   for_each_isa([] { check_gemm_backend(GemmBackend::kForge); });
+}
+
+// Each thread owns a share of C and every element is summed over K in one order, so the
+// thread count must not change a bit (a resumed run may use another).
+TEST(Kernels, ForgeGemmIsTheSameOnAnyThreadCount) {
+  using forge::kernels::cpu::GemmBackend;
+  const int saved = omp_get_max_threads();
+  for_each_isa([] {
+    // Rows split (M >= N) and columns split, several K slices.
+    for (auto [M, N, K] : {std::array<int, 3>{301, 67, 800}, std::array<int, 3>{45, 530, 411}})
+      for (bool ta : {false, true})
+        for (bool tb : {false, true}) {
+          SCOPED_TRACE(testing::Message()
+                       << "M=" << M << " N=" << N << " ta=" << ta << " tb=" << tb);
+          const Floats A = random_floats(size_t(M) * K, 31), B = random_floats(size_t(K) * N, 32);
+          std::vector<Floats> C(3, Floats(size_t(M) * N));
+          for (int threads = 1; threads <= 3; ++threads) {
+            omp_set_num_threads(threads);
+            cpu::gemm_with(GemmBackend::kForge, ta, tb, M, N, K, A.data(), ta ? M : K, B.data(),
+                           tb ? K : N, 0.0f, C[threads - 1].data(), N);
+          }
+          EXPECT_EQ(C[0], C[1]);
+          EXPECT_EQ(C[0], C[2]);
+        }
+  });
+  omp_set_num_threads(saved);
 }
 
 // --- attention -----------------------------------------------------------------------
