@@ -16,6 +16,7 @@
 
 #include "forge/core/error.h"
 #include "forge/kernels/cpu/dispatch.h"
+#include "forge/kernels/cpu/thread_share.h"
 #include "forge/kernels/gemm.h"
 #include "forge/kernels/linear.h"
 
@@ -252,11 +253,8 @@ void parallel_chunks(size_t n, F&& f) {
   }
 #pragma omp parallel
   {
-    const size_t parts = static_cast<size_t>(omp_get_num_threads());
-    const size_t id = static_cast<size_t>(omp_get_thread_num());
-    const size_t per = ((n + parts - 1) / parts + 15) / 16 * 16;
-    const size_t lo = std::min(n, id * per), hi = std::min(n, lo + per);
-    if (lo < hi) f(lo, hi);
+    const Range share = thread_share(n, 16, omp_get_thread_num(), omp_get_num_threads());
+    if (share.begin < share.end) f(share.begin, share.end);
   }
 }
 
@@ -351,14 +349,12 @@ void bf16_gradient_operands(uint16_t* g, uint16_t* gt, float* dbias, const float
   const bool registers = active_isa() == Isa::kAvx512 && cpu_has_avx512bf16();
   const bool avx2 = use_avx2();
   const size_t ldgt = static_cast<size_t>(N), ldd = static_cast<size_t>(OC);
-  const int blocks = (OC + 15) / 16;
   // Each thread owns a run of whole 16-column blocks (so its column sums keep the row order)
   // and walks every band of rows over it, reading dout a band of rows at a time.
 #pragma omp parallel if (static_cast<size_t>(N) * OC >= kParallelMin)
   {
-    const int parts = omp_get_num_threads(), id = omp_get_thread_num();
-    const int per = (blocks + parts - 1) / parts;
-    const int lo = std::min(OC, id * per * 16), hi = std::min(OC, (id + 1) * per * 16);
+    const Range share = thread_share(OC, 16, omp_get_thread_num(), omp_get_num_threads());
+    const int lo = static_cast<int>(share.begin), hi = static_cast<int>(share.end);
     alignas(64) float acc[kGradientColumns];
     for (int c_lo = lo; c_lo < hi; c_lo += kGradientColumns) {
       const int c_hi = std::min(hi, c_lo + kGradientColumns);

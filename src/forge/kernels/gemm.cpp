@@ -15,6 +15,7 @@
 #include "forge/core/error.h"
 #include "forge/kernels/cpu/dispatch.h"
 #include "forge/kernels/cpu/simd.h"
+#include "forge/kernels/cpu/thread_share.h"
 
 namespace forge::kernels {
 
