@@ -98,10 +98,11 @@ def gelu_cases(w, g):
 
 
 def attention_cases(w, g):
-    # T*T*hd < 400 takes bmm's naive loop, larger the per-batch sgemm.
+    # T*T*hd < 400 takes bmm's naive loop, larger the per-batch sgemm. With B == 1 or
+    # NH == 1 matmul hands bmm views of qkv instead of contiguous copies.
     for B, T, C, NH in [(1, 3, 4, 2), (2, 5, 12, 3), (1, 7, 8, 1), (2, 8, 16, 2),
                         (2, 9, 24, 4), (2, 17, 48, 4), (1, 33, 64, 4), (2, 64, 64, 4),
-                        (1, 64, 128, 4), (2, 31, 36, 6), (1, 128, 96, 6)]:
+                        (1, 64, 128, 4), (2, 31, 36, 6), (1, 128, 96, 6), (3, 24, 20, 1)]:
         hd = C // NH
         qkv = rnd(g, B, T, 3 * C).requires_grad_()
         mask = torch.tril(torch.ones(T + 3, T + 3)).view(1, 1, T + 3, T + 3)  # block_size > T

@@ -101,10 +101,13 @@ def swiglu_cases(w, g):
 
 def gqa_cases(w, g):
     # T*T*hd < 400 takes bmm's naive loop, larger the per-batch sgemm; n_rep = NH/KVH 1..4.
+    # With B == 1 or NH == 1 matmul hands bmm views of q (and of k, v without repeats or
+    # with one kv head: then repeat_kv is a view too).
     for B, T, NH, KVH, hd in [(1, 3, 2, 1, 2), (2, 5, 4, 2, 6), (1, 7, 4, 4, 8), (2, 9, 6, 3, 10),
                               (2, 64, 4, 2, 16), (3, 17, 8, 2, 16), (2, 33, 4, 1, 12),
                               (2, 20, 6, 2, 12), (1, 64, 8, 2, 64), (2, 31, 4, 4, 18),
-                              (2, 128, 8, 2, 64)]:
+                              (2, 128, 8, 2, 64), (1, 24, 3, 3, 8), (2, 20, 1, 1, 12),
+                              (1, 24, 4, 1, 8)]:
         q_in = rnd(g, B, T, NH * hd).requires_grad_()
         k_in = rnd(g, B, T, KVH * hd).requires_grad_()
         v_in = rnd(g, B, T, KVH * hd).requires_grad_()

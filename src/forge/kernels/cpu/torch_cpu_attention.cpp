@@ -1,8 +1,10 @@
 // torch-cpu attention: the op sequence reference/forge_ref/gpt2.py runs, with each op as
 // PyTorch 1.13.1 computes it on the CPU:
-//  - q @ k.transpose(-2, -1) and att @ v go through matmul's expand + reshape, which copies
-//    the strided q, k^T and v views into contiguous [B*NH, ...] tensors, then at::bmm
-//    (LinearAlgebra.cpp bmm_out_or_baddbmm_, see torch_cpu_linear.cpp);
+//  - q @ k.transpose(-2, -1) and att @ v go through matmul's expand + reshape to
+//    [B*NH, ...], then at::bmm (LinearAlgebra.cpp bmm_out_or_baddbmm_, see
+//    torch_cpu_linear.cpp); the reshape copies the strided q, k^T and v views into
+//    contiguous tensors unless the heads fold into the batch as a view (B == 1 or NH == 1),
+//    and then bmm reads qkv in place;
 //  - * (1/sqrt(hd)): mul by a wrapped Python double, i.e. by that double rounded to float;
 //  - masked_fill(-inf), then cpu/SoftMaxKernel.cpp _vec_softmax_lastdim;
 //  - backward: BmmBackward0 (grad.bmm(mat2^T), mat1^T.bmm(grad)),
@@ -40,6 +42,37 @@ void gather_qkv(float* q, float* kt, float* v, const float* qkv, int64_t B, int6
         }
       }
     }
+}
+
+struct QkvOperands {
+  BatchView q, kt, v;
+};
+
+// q, k^T and v as matmul hands them to bmm: views into qkv where the heads fold into the
+// batch, else copies into the buffers q, kt, v.
+QkvOperands qkv_operands(float* q, float* kt, float* v, const float* qkv, int64_t B, int64_t T,
+                         int64_t C, int64_t NH) {
+  const int64_t hd = C / NH;
+  // q's view [B, NH, T, hd] has strides (T * 3C, hd, 3C, 1); k's and v's the same.
+  if (const auto bs = folded_batch_stride(B, T * 3 * C, NH, hd))
+    return {{qkv, *bs, 3 * C, 1}, {qkv + C, *bs, 1, 3 * C}, {qkv + 2 * C, *bs, 3 * C, 1}};
+  gather_qkv(q, kt, v, qkv, B, T, C, NH);
+  return {contiguous_batches(q, T, hd), contiguous_batches(kt, hd, T),
+          contiguous_batches(v, T, hd)};
+}
+
+// The gradient of y.transpose(1, 2) ([B, NH, T, hd] with strides (T*C, hd, C, 1), from dout
+// [B, T, C]) as matmul's reshape hands it to bmm's backward: a view of dout, or copied into dy.
+BatchView output_gradient(float* dy, const float* dout, int64_t B, int64_t T, int64_t C,
+                          int64_t NH) {
+  const int64_t hd = C / NH;
+  if (const auto bs = folded_batch_stride(B, T * C, NH, hd)) return {dout, *bs, C, 1};
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t h = 0; h < NH; ++h)
+      for (int64_t t = 0; t < T; ++t)
+        for (int64_t d = 0; d < hd; ++d)
+          dy[((b * NH + h) * T + t) * hd + d] = dout[(b * T + t) * C + h * hd + d];
+  return contiguous_batches(dy, T, hd);
 }
 
 }  // namespace
@@ -92,8 +125,8 @@ void attention_forward(float* out, float* probs, const float* qkv, int64_t B, in
   float* v = kt + B * T * C;
   float* y = v + B * T * C;
   float* scores = y + B * T * C;
-  gather_qkv(q, kt, v, qkv, B, T, C, NH);
-  bmm_nn(scores, q, kt, BH, T, hd, T);
+  const QkvOperands x = qkv_operands(q, kt, v, qkv, B, T, C, NH);
+  bmm(scores, x.q, x.kt, BH, T, hd, T);
   // * scale, then masked_fill(mask == 0, -inf): each a separate elementwise pass in torch;
   // a product is correctly rounded whichever loop computes it.
   const float scale = attention_scale(hd);
@@ -104,7 +137,7 @@ void attention_forward(float* out, float* probs, const float* qkv, int64_t B, in
       for (int64_t j = 0; j < T; ++j) row[j] = j > i ? ninf : row[j] * scale;
     }
   softmax_lastdim(probs, scores, BH * T, T);
-  bmm_nn(y, probs, v, BH, T, T, hd);
+  bmm(y, contiguous_batches(probs, T, T), x.v, BH, T, T, hd);
   // y.transpose(1, 2).contiguous().view(B, T, C)
   for (int64_t b = 0; b < B; ++b)
     for (int64_t h = 0; h < NH; ++h)
@@ -125,16 +158,12 @@ void attention_backward(float* dqkv, const float* dout, const float* qkv, const 
   float* dq = dS + BH * T * T;
   float* dkt = dq + B * T * C;
   float* dv = dkt + B * T * C;
-  gather_qkv(q, kt, v, qkv, B, T, C, NH);
-  // The grad of y.transpose(1, 2) reaches bmm reshaped, i.e. copied contiguous.
-  for (int64_t b = 0; b < B; ++b)
-    for (int64_t h = 0; h < NH; ++h)
-      for (int64_t t = 0; t < T; ++t)
-        for (int64_t d = 0; d < hd; ++d)
-          dy[((b * NH + h) * T + t) * hd + d] = dout[(b * T + t) * C + h * hd + d];
+  const QkvOperands x = qkv_operands(q, kt, v, qkv, B, T, C, NH);
+  const BatchView dyv = output_gradient(dy, dout, B, T, C, NH);
+  const BatchView att = contiguous_batches(probs, T, T);
   // y = att @ v: dA = dy.bmm(v^T), dv = att^T.bmm(dy)
-  bmm_nt(dA, dy, v, BH, T, hd, T);
-  bmm_tn(dv, probs, dy, BH, T, T, hd);
+  bmm(dA, dyv, transposed(x.v), BH, T, hd, T);
+  bmm(dv, transposed(att), dyv, BH, T, T, hd);
   softmax_backward_lastdim(dS, dA, probs, BH * T, T);
   // masked_fill backward writes +0 where the mask hid the score; then grad * scale.
   const float scale = attention_scale(hd);
@@ -144,8 +173,8 @@ void attention_backward(float* dqkv, const float* dout, const float* qkv, const 
       for (int64_t j = 0; j < T; ++j) row[j] = j > i ? 0.0f : row[j] * scale;
     }
   // scores = q @ k^T: dq = dS.bmm(kt^T), dkt = q^T.bmm(dS)
-  bmm_nt(dq, dS, kt, BH, T, T, hd);
-  bmm_tn(dkt, q, dS, BH, hd, T, T);
+  bmm(dq, contiguous_batches(dS, T, T), transposed(x.kt), BH, T, T, hd);
+  bmm(dkt, transposed(x.q), contiguous_batches(dS, T, T), BH, hd, T, T);
   // split backward: the three grads concatenated back into [B, T, 3C]
   for (int64_t b = 0; b < B; ++b)
     for (int64_t h = 0; h < NH; ++h) {

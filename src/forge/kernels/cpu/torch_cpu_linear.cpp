@@ -118,22 +118,6 @@ void bmm_naive(float* c, Mat a, Mat b, int64_t m, int64_t k, int64_t n) {
     }
 }
 
-void bmm_dispatch(float* c, const float* a, const float* b, int64_t batch, int64_t m,
-                  int64_t k, int64_t n, bool ta, bool tb) {
-  for (int64_t bi = 0; bi < batch; ++bi) {
-    const float* ab = a + bi * m * k;
-    const float* bb = b + bi * k * n;
-    float* cb = c + bi * m * n;
-    const Mat am = ta ? transposed(ab, k, m) : row_major(ab, m, k);
-    const Mat bm = tb ? transposed(bb, n, k) : row_major(bb, k, n);
-    if (k * m * n < 400) {
-      bmm_naive(cb, am, bm, m, k, n);
-    } else {
-      addmm_impl(cb, m, n, am, bm, 0.0f);
-    }
-  }
-}
-
 }  // namespace
 
 void set_blas_threads(int n) {
@@ -169,17 +153,22 @@ void linear_backward(float* dinp, float* dw, float* dbias, const float* dout, co
   if (dbias != nullptr) sum_dim0(dbias, dout, N, OC);
 }
 
-void bmm_nn(float* c, const float* a, const float* b, int64_t batch, int64_t m, int64_t k,
-            int64_t n) {
-  bmm_dispatch(c, a, b, batch, m, k, n, false, false);
+std::optional<int64_t> folded_batch_stride(int64_t B, int64_t sb, int64_t H, int64_t sh) {
+  if (H == 1) return sb;  // a dimension of size 1 never breaks a chunk of computeStride
+  if (B == 1 || sb == H * sh) return sh;
+  return std::nullopt;
 }
-void bmm_nt(float* c, const float* a, const float* b, int64_t batch, int64_t m, int64_t k,
-            int64_t n) {
-  bmm_dispatch(c, a, b, batch, m, k, n, false, true);
-}
-void bmm_tn(float* c, const float* a, const float* b, int64_t batch, int64_t m, int64_t k,
-            int64_t n) {
-  bmm_dispatch(c, a, b, batch, m, k, n, true, false);
+
+void bmm(float* c, BatchView a, BatchView b, int64_t batch, int64_t m, int64_t k, int64_t n) {
+  for (int64_t i = 0; i < batch; ++i) {
+    const Mat am{a.data + i * a.batch_stride, {m, k}, {a.row_stride, a.col_stride}};
+    const Mat bm{b.data + i * b.batch_stride, {k, n}, {b.row_stride, b.col_stride}};
+    float* ci = c + i * m * n;
+    if (k * m * n < 400)
+      bmm_naive(ci, am, bm, m, k, n);
+    else
+      addmm_impl(ci, m, n, am, bm, 0.0f);
+  }
 }
 
 }  // namespace forge::tcpu

@@ -1,9 +1,10 @@
 // torch-cpu linear layers and plain matrix products: the exact system-BLAS sgemm calls that
-// PyTorch 1.13.1 makes for F.linear / mm / bmm on contiguous fp32 CPU tensors, and the sum
+// PyTorch 1.13.1 makes for F.linear / mm / bmm on fp32 CPU tensors, and the sum
 // over rows that autograd uses for a broadcast bias.
 #pragma once
 
 #include <cstdint>
+#include <optional>
 
 namespace forge::tcpu {
 
@@ -22,15 +23,32 @@ void linear_forward(float* out, const float* x, const float* w, const float* bia
 void linear_backward(float* dinp, float* dw, float* dbias, const float* dout, const float* x,
                      const float* w, int64_t N, int64_t IC, int64_t OC);
 
-// Batched products as at::bmm on contiguous [batch, ...] operands (LinearAlgebra.cpp
-// bmm_out_or_baddbmm_): a naive loop when m*n*k < 400, else one addmm_impl_cpu_ per batch.
-// The op names say which operands are transposed: nn = A[b] (m x k) @ B[b] (k x n),
-// nt = A[b] (m x k) @ B[b]^T with B stored (n x k), tn = A[b]^T with A stored (k x m) @ B[b].
-void bmm_nn(float* c, const float* a, const float* b, int64_t batch, int64_t m, int64_t k,
-            int64_t n);
-void bmm_nt(float* c, const float* a, const float* b, int64_t batch, int64_t m, int64_t k,
-            int64_t n);
-void bmm_tn(float* c, const float* a, const float* b, int64_t batch, int64_t m, int64_t k,
-            int64_t n);
+// A [batch, rows, cols] operand as at::bmm receives it: element (i, r, c) at
+// data[i * batch_stride + r * row_stride + c * col_stride]. matmul hands bmm a view where its
+// reshape can fold the heads into the batch without a copy, and the layout is part of the
+// bits: it sets sgemm's transpose flags, and OpenBLAS's small-matrix kernels (its AVX-512
+// builds) sum in a different order for each flag.
+struct BatchView {
+  const float* data;
+  int64_t batch_stride, row_stride, col_stride;
+};
+
+inline BatchView contiguous_batches(const float* p, int64_t rows, int64_t cols) {
+  return {p, rows * cols, cols, 1};
+}
+// The view of the batches' transposes (torch's transpose(1, 2): strides swapped).
+inline BatchView transposed(BatchView v) {
+  return {v.data, v.batch_stride, v.col_stride, v.row_stride};
+}
+
+// matmul's reshape of a [B, H, rows, cols] tensor with strides (sb, sh, ...) into
+// [B * H, rows, cols]: the batch stride of the view computeStride finds (TensorUtils.cpp),
+// or nullopt where there is none and reshape copies into a contiguous tensor.
+std::optional<int64_t> folded_batch_stride(int64_t B, int64_t sb, int64_t H, int64_t sh);
+
+// c (contiguous [batch, m, n]) = a[i] (m x k) @ b[i] (k x n) for each i, as at::bmm
+// (LinearAlgebra.cpp bmm_out_or_baddbmm_): a naive loop when m*n*k < 400, else one
+// addmm_impl_cpu_ per batch on the operands' own strides.
+void bmm(float* c, BatchView a, BatchView b, int64_t batch, int64_t m, int64_t k, int64_t n);
 
 }  // namespace forge::tcpu

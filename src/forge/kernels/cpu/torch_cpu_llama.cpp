@@ -22,6 +22,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <optional>
 #include <vector>
 
 #include "forge/kernels/cpu/torch_cpu_attention.h"
@@ -259,13 +260,35 @@ GqaBuffers gqa_buffers(float* s, int64_t B, int64_t T, int64_t NH, int64_t hd) {
   return g;
 }
 
-// The contiguous operands matmul hands bmm: q as [B*NH, T, hd]; k either repeated
-// ([B*NH, T, hd], n_rep > 1: repeat_kv's reshape copies, and its transpose is then a view) or,
-// unrepeated, k^T copied to [B*NH, hd, T] (the transposed view cannot be reshaped); v
-// repeated or copied to [B*NH, T, hd].
-void gather(const GqaBuffers& g, const float* q, const float* k, const float* v, int64_t B,
-            int64_t T, int64_t NH, int64_t KVH, int64_t hd) {
+struct GqaOperands {
+  BatchView q, kt, v;
+};
+
+// q, k^T and v as matmul hands them to bmm. q ([B, NH, T, hd], strides (T*NH*hd, hd, NH*hd,
+// 1)) is a view where the heads fold into the batch (B == 1 or NH == 1), else copied to
+// [B*NH, T, hd]. repeat_kv's expand + reshape copies k and v into contiguous [B, NH, T, hd]
+// when there are repeats of several kv heads, and then k^T is a view of that copy; with one
+// kv head it is a view with head stride 0, and without repeats there is nothing to repeat:
+// then k^T and v fold like q (as views, or copied to [B*NH, hd, T] and [B*NH, T, hd]).
+GqaOperands gqa_operands(const GqaBuffers& g, const float* q, const float* k, const float* v,
+                         int64_t B, int64_t T, int64_t NH, int64_t KVH, int64_t hd) {
   const int64_t n_rep = NH / KVH;
+  const bool repeat_copies = n_rep > 1 && KVH > 1;
+  const std::optional<int64_t> q_bs = folded_batch_stride(B, T * NH * hd, NH, hd);
+  std::optional<int64_t> kv_bs;
+  GqaOperands x;
+  x.q = q_bs ? BatchView{q, *q_bs, NH * hd, 1} : contiguous_batches(g.qc, T, hd);
+  if (repeat_copies) {
+    x.kt = transposed(contiguous_batches(g.kb, T, hd));
+    x.v = contiguous_batches(g.vr, T, hd);
+  } else if ((kv_bs = folded_batch_stride(B, T * KVH * hd, NH, n_rep > 1 ? 0 : hd))) {
+    x.kt = {k, *kv_bs, 1, KVH * hd};
+    x.v = {v, *kv_bs, KVH * hd, 1};
+  } else {
+    x.kt = contiguous_batches(g.kb, hd, T);
+    x.v = contiguous_batches(g.vr, T, hd);
+  }
+  if (q_bs && kv_bs) return x;
   for (int64_t b = 0; b < B; ++b)
     for (int64_t h = 0; h < NH; ++h) {
       const int64_t bh = b * NH + h, kvh = h / n_rep;
@@ -274,8 +297,9 @@ void gather(const GqaBuffers& g, const float* q, const float* k, const float* v,
         const float* kr = k + ((b * T + t) * KVH + kvh) * hd;
         const float* vr = v + ((b * T + t) * KVH + kvh) * hd;
         for (int64_t d = 0; d < hd; ++d) {
-          g.qc[(bh * T + t) * hd + d] = qr[d];
-          if (n_rep > 1)
+          if (!q_bs) g.qc[(bh * T + t) * hd + d] = qr[d];
+          if (kv_bs) continue;
+          if (repeat_copies)
             g.kb[(bh * T + t) * hd + d] = kr[d];
           else
             g.kb[(bh * hd + d) * T + t] = kr[d];
@@ -283,6 +307,21 @@ void gather(const GqaBuffers& g, const float* q, const float* k, const float* v,
         }
       }
     }
+  return x;
+}
+
+// The gradient of y.transpose(1, 2) as bmm's backward receives it: a view of dout where the
+// heads fold into the batch, else copied into dy (see gqa_operands).
+BatchView gqa_output_gradient(float* dy, const float* dout, int64_t B, int64_t T, int64_t NH,
+                              int64_t hd) {
+  if (const auto bs = folded_batch_stride(B, T * NH * hd, NH, hd))
+    return {dout, *bs, NH * hd, 1};
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t h = 0; h < NH; ++h)
+      for (int64_t t = 0; t < T; ++t)
+        for (int64_t d = 0; d < hd; ++d)
+          dy[((b * NH + h) * T + t) * hd + d] = dout[((b * T + t) * NH + h) * hd + d];
+  return contiguous_batches(dy, T, hd);
 }
 
 }  // namespace
@@ -294,13 +333,10 @@ size_t gqa_attention_scratch_floats(int64_t B, int64_t T, int64_t NH, int64_t hd
 void gqa_attention_forward(float* out, float* probs, const float* q, const float* k,
                            const float* v, int64_t B, int64_t T, int64_t NH, int64_t KVH,
                            int64_t hd, float* scratch) {
-  const int64_t BH = B * NH, n_rep = NH / KVH;
+  const int64_t BH = B * NH;
   const GqaBuffers g = gqa_buffers(scratch, B, T, NH, hd);
-  gather(g, q, k, v, B, T, NH, KVH, hd);
-  if (n_rep > 1)
-    bmm_nt(g.scores, g.qc, g.kb, BH, T, hd, T);
-  else
-    bmm_nn(g.scores, g.qc, g.kb, BH, T, hd, T);
+  const GqaOperands x = gqa_operands(g, q, k, v, B, T, NH, KVH, hd);
+  bmm(g.scores, x.q, x.kt, BH, T, hd, T);
   // * scale, then masked_fill(mask == 0, -inf), then softmax.
   const float scale = attention_scale(hd);
   const float ninf = -std::numeric_limits<float>::infinity();
@@ -310,7 +346,7 @@ void gqa_attention_forward(float* out, float* probs, const float* q, const float
       for (int64_t j = 0; j < T; ++j) row[j] = j > i ? ninf : row[j] * scale;
     }
   softmax_lastdim(probs, g.scores, BH * T, T);
-  bmm_nn(g.y, probs, g.vr, BH, T, T, hd);
+  bmm(g.y, contiguous_batches(probs, T, T), x.v, BH, T, T, hd);
   // y.transpose(1, 2).contiguous().view(B, T, NH * hd)
   for (int64_t b = 0; b < B; ++b)
     for (int64_t h = 0; h < NH; ++h)
@@ -324,16 +360,12 @@ void gqa_attention_backward(float* dq, float* dk, float* dv, const float* dout, 
                             int64_t T, int64_t NH, int64_t KVH, int64_t hd, float* scratch) {
   const int64_t BH = B * NH, n_rep = NH / KVH;
   const GqaBuffers g = gqa_buffers(scratch, B, T, NH, hd);
-  gather(g, q, k, v, B, T, NH, KVH, hd);
-  // The grad of y.transpose(1, 2) reaches bmm reshaped, i.e. copied contiguous.
-  for (int64_t b = 0; b < B; ++b)
-    for (int64_t h = 0; h < NH; ++h)
-      for (int64_t t = 0; t < T; ++t)
-        for (int64_t d = 0; d < hd; ++d)
-          g.y[((b * NH + h) * T + t) * hd + d] = dout[((b * T + t) * NH + h) * hd + d];
+  const GqaOperands x = gqa_operands(g, q, k, v, B, T, NH, KVH, hd);
+  const BatchView dy = gqa_output_gradient(g.y, dout, B, T, NH, hd);
+  const BatchView att = contiguous_batches(probs, T, T);
   // y = att @ v: datt = dy.bmm(v^T), dv = att^T.bmm(dy)
-  bmm_nt(g.scores, g.y, g.vr, BH, T, hd, T);
-  bmm_tn(g.dvr, probs, g.y, BH, T, T, hd);
+  bmm(g.scores, dy, transposed(x.v), BH, T, hd, T);
+  bmm(g.dvr, transposed(att), dy, BH, T, T, hd);
   softmax_backward_lastdim(g.ds, g.scores, probs, BH * T, T);
   // masked_fill backward writes +0 where the mask hid the score; then grad * scale.
   const float scale = attention_scale(hd);
@@ -342,13 +374,10 @@ void gqa_attention_backward(float* dq, float* dk, float* dv, const float* dout, 
       float* row = g.ds + (bh * T + i) * T;
       for (int64_t j = 0; j < T; ++j) row[j] = j > i ? 0.0f : row[j] * scale;
     }
-  // scores = q @ k^T: dq = dS.bmm((k^T)^T), dk^T = q^T.bmm(dS). With repeated kv heads k^T
-  // was a view of the contiguous repeat, so its transpose is that repeat itself.
-  if (n_rep > 1)
-    bmm_nn(g.dqc, g.ds, g.kb, BH, T, T, hd);
-  else
-    bmm_nt(g.dqc, g.ds, g.kb, BH, T, T, hd);
-  bmm_tn(g.dkt, g.qc, g.ds, BH, hd, T, T);
+  // scores = q @ k^T: dq = dS.bmm((k^T)^T), dk^T = q^T.bmm(dS).
+  const BatchView ds = contiguous_batches(g.ds, T, T);
+  bmm(g.dqc, ds, transposed(x.kt), BH, T, T, hd);
+  bmm(g.dkt, transposed(x.q), ds, BH, hd, T, T);
   for (int64_t b = 0; b < B; ++b)
     for (int64_t t = 0; t < T; ++t)
       for (int64_t h = 0; h < NH; ++h)
