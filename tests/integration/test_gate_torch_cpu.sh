@@ -1,7 +1,7 @@
 # The `torch-cpu` profile's gates against Debian's PyTorch 1.13.1 (/usr/bin/python3):
 # alignment and multistep on tiny and small, long-horizon on configs/ci.json and resume,
 # every one BITWISE (issue 4). Also multistep on tiny at B=1 and with one head, where torch's
-# matmul hands bmm views of qkv instead of copies (other sgemm transposes: other bits on
+# matmul hands bmm views of qkv instead of copies (other sgemm transposes: other bits from
 # OpenBLAS's AVX-512 kernels). ATEN_CPU_CAPABILITY and the thread counts are pinned by
 # forge verify on both sides.
 source "$(dirname "$0")/lib.sh"
