@@ -61,11 +61,11 @@ QkvOperands qkv_operands(float* q, float* kt, float* v, const float* qkv, int64_
           contiguous_batches(v, T, hd)};
 }
 
-// The gradient of y.transpose(1, 2) ([B, NH, T, hd] with strides (T*C, hd, C, 1), from dout
-// [B, T, C]) as matmul's reshape hands it to bmm's backward: a view of dout, or copied into dy.
-BatchView output_gradient(float* dy, const float* dout, int64_t B, int64_t T, int64_t C,
-                          int64_t NH) {
-  const int64_t hd = C / NH;
+}  // namespace
+
+BatchView attention_output_gradient(float* dy, const float* dout, int64_t B, int64_t T,
+                                    int64_t NH, int64_t hd) {
+  const int64_t C = NH * hd;
   if (const auto bs = folded_batch_stride(B, T * C, NH, hd)) return {dout, *bs, C, 1};
   for (int64_t b = 0; b < B; ++b)
     for (int64_t h = 0; h < NH; ++h)
@@ -74,8 +74,6 @@ BatchView output_gradient(float* dy, const float* dout, int64_t B, int64_t T, in
           dy[((b * NH + h) * T + t) * hd + d] = dout[(b * T + t) * C + h * hd + d];
   return contiguous_batches(dy, T, hd);
 }
-
-}  // namespace
 
 size_t attention_scratch_floats(int64_t B, int64_t T, int64_t C, int64_t NH) {
   // q, k^T, v, and one more [B*NH, T, hd] (y or dy); two [B*NH, T, T] (scores/dA, dS);
@@ -159,7 +157,7 @@ void attention_backward(float* dqkv, const float* dout, const float* qkv, const 
   float* dkt = dq + B * T * C;
   float* dv = dkt + B * T * C;
   const QkvOperands x = qkv_operands(q, kt, v, qkv, B, T, C, NH);
-  const BatchView dyv = output_gradient(dy, dout, B, T, C, NH);
+  const BatchView dyv = attention_output_gradient(dy, dout, B, T, NH, hd);
   const BatchView att = contiguous_batches(probs, T, T);
   // y = att @ v: dA = dy.bmm(v^T), dv = att^T.bmm(dy)
   bmm(dA, dyv, transposed(x.v), BH, T, hd, T);

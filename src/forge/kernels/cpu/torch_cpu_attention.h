@@ -5,6 +5,8 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "forge/kernels/cpu/torch_cpu_linear.h"
+
 namespace forge::tcpu {
 
 // Floats of scratch: the contiguous copies matmul makes of q, k^T, v (3*B*T*C), the
@@ -20,5 +22,11 @@ void attention_backward(float* dqkv, const float* dout, const float* qkv, const 
 void softmax_lastdim(float* out, const float* in, int64_t rows, int64_t dim);
 void softmax_backward_lastdim(float* gin, const float* grad, const float* out, int64_t rows,
                               int64_t dim);
+
+// The gradient of y.transpose(1, 2) ([B, NH, T, hd] with strides (T*NH*hd, hd, NH*hd, 1),
+// from dout [B, T, NH*hd]) as matmul's reshape hands it to bmm's backward: a view of dout
+// where the heads fold into the batch, else copied into dy ([B*NH, T, hd]).
+BatchView attention_output_gradient(float* dy, const float* dout, int64_t B, int64_t T,
+                                    int64_t NH, int64_t hd);
 
 }  // namespace forge::tcpu

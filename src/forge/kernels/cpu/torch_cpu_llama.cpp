@@ -310,20 +310,6 @@ GqaOperands gqa_operands(const GqaBuffers& g, const float* q, const float* k, co
   return x;
 }
 
-// The gradient of y.transpose(1, 2) as bmm's backward receives it: a view of dout where the
-// heads fold into the batch, else copied into dy (see gqa_operands).
-BatchView gqa_output_gradient(float* dy, const float* dout, int64_t B, int64_t T, int64_t NH,
-                              int64_t hd) {
-  if (const auto bs = folded_batch_stride(B, T * NH * hd, NH, hd))
-    return {dout, *bs, NH * hd, 1};
-  for (int64_t b = 0; b < B; ++b)
-    for (int64_t h = 0; h < NH; ++h)
-      for (int64_t t = 0; t < T; ++t)
-        for (int64_t d = 0; d < hd; ++d)
-          dy[((b * NH + h) * T + t) * hd + d] = dout[((b * T + t) * NH + h) * hd + d];
-  return contiguous_batches(dy, T, hd);
-}
-
 }  // namespace
 
 size_t gqa_attention_scratch_floats(int64_t B, int64_t T, int64_t NH, int64_t hd) {
@@ -361,7 +347,7 @@ void gqa_attention_backward(float* dq, float* dk, float* dv, const float* dout, 
   const int64_t BH = B * NH, n_rep = NH / KVH;
   const GqaBuffers g = gqa_buffers(scratch, B, T, NH, hd);
   const GqaOperands x = gqa_operands(g, q, k, v, B, T, NH, KVH, hd);
-  const BatchView dy = gqa_output_gradient(g.y, dout, B, T, NH, hd);
+  const BatchView dy = attention_output_gradient(g.y, dout, B, T, NH, hd);
   const BatchView att = contiguous_batches(probs, T, T);
   // y = att @ v: datt = dy.bmm(v^T), dv = att^T.bmm(dy)
   bmm(g.scores, dy, transposed(x.v), BH, T, hd, T);
