@@ -75,6 +75,16 @@ BatchView attention_output_gradient(float* dy, const float* dout, int64_t B, int
   return contiguous_batches(dy, T, hd);
 }
 
+void attention_output_rows(float* out, const float* y, int64_t B, int64_t T, int64_t NH,
+                           int64_t hd) {
+  const int64_t C = NH * hd;
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t h = 0; h < NH; ++h)
+      for (int64_t t = 0; t < T; ++t)
+        for (int64_t d = 0; d < hd; ++d)
+          out[(b * T + t) * C + h * hd + d] = y[((b * NH + h) * T + t) * hd + d];
+}
+
 size_t attention_scratch_floats(int64_t B, int64_t T, int64_t C, int64_t NH) {
   // q, k^T, v, and one more [B*NH, T, hd] (y or dy); two [B*NH, T, T] (scores/dA, dS);
   // backward adds dq, dk^T, dv.
@@ -136,12 +146,7 @@ void attention_forward(float* out, float* probs, const float* qkv, int64_t B, in
     }
   softmax_lastdim(probs, scores, BH * T, T);
   bmm(y, contiguous_batches(probs, T, T), x.v, BH, T, T, hd);
-  // y.transpose(1, 2).contiguous().view(B, T, C)
-  for (int64_t b = 0; b < B; ++b)
-    for (int64_t h = 0; h < NH; ++h)
-      for (int64_t t = 0; t < T; ++t)
-        for (int64_t d = 0; d < hd; ++d)
-          out[(b * T + t) * C + h * hd + d] = y[((b * NH + h) * T + t) * hd + d];
+  attention_output_rows(out, y, B, T, NH, hd);  // .view(B, T, C)
 }
 
 void attention_backward(float* dqkv, const float* dout, const float* qkv, const float* probs,

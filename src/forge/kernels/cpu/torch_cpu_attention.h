@@ -28,5 +28,9 @@ void softmax_backward_lastdim(float* gin, const float* grad, const float* out, i
 // where the heads fold into the batch, else copied into dy ([B*NH, T, hd]).
 BatchView attention_output_gradient(float* dy, const float* dout, int64_t B, int64_t T,
                                     int64_t NH, int64_t hd);
+// y.transpose(1, 2).contiguous(): the heads' outputs y [B, NH, T, hd] gathered into rows of
+// out [B, T, NH*hd].
+void attention_output_rows(float* out, const float* y, int64_t B, int64_t T, int64_t NH,
+                           int64_t hd);
 
 }  // namespace forge::tcpu

@@ -333,12 +333,7 @@ void gqa_attention_forward(float* out, float* probs, const float* q, const float
     }
   softmax_lastdim(probs, g.scores, BH * T, T);
   bmm(g.y, contiguous_batches(probs, T, T), x.v, BH, T, T, hd);
-  // y.transpose(1, 2).contiguous().view(B, T, NH * hd)
-  for (int64_t b = 0; b < B; ++b)
-    for (int64_t h = 0; h < NH; ++h)
-      for (int64_t t = 0; t < T; ++t)
-        for (int64_t d = 0; d < hd; ++d)
-          out[((b * T + t) * NH + h) * hd + d] = g.y[((b * NH + h) * T + t) * hd + d];
+  attention_output_rows(out, g.y, B, T, NH, hd);  // .view(B, T, NH * hd)
 }
 
 void gqa_attention_backward(float* dq, float* dk, float* dv, const float* dout, const float* q,
