@@ -2,6 +2,7 @@
 #include "forge/kernels/cpu/onednn_matmul.h"
 
 #include <dnnl.h>
+#include <dnnl_version.h>
 
 #include <algorithm>
 #include <compare>
@@ -9,6 +10,7 @@
 #include <cstdint>
 #include <map>
 #include <mutex>
+#include <utility>
 
 #include "forge/core/error.h"
 
@@ -41,6 +43,68 @@ struct Matmul {
 
 void check(dnnl_status_t st, const char* what) {
   FORGE_CHECK(st == dnnl_success, "oneDNN {} failed with status {}", what, static_cast<int>(st));
+}
+
+// A 2-D memory descriptor under either C API: oneDNN 2.x fills a struct, 3.x hands out a handle
+// to destroy. get() is what the API's calls take.
+class MemoryDesc {
+ public:
+  MemoryDesc() = default;
+  MemoryDesc(const MemoryDesc&) = delete;
+  MemoryDesc& operator=(const MemoryDesc&) = delete;
+  static MemoryDesc strided(const dnnl_dims_t dims, dnnl_data_type_t type,
+                            const dnnl_dims_t strides) {
+    MemoryDesc d;
+#if DNNL_VERSION_MAJOR >= 3
+    check(dnnl_memory_desc_create_with_strides(&d.md_, 2, dims, type, strides), "memory_desc");
+#else
+    check(dnnl_memory_desc_init_by_strides(&d.md_, 2, dims, type, strides), "memory_desc");
+#endif
+    return d;
+  }
+  // The layout left to the primitive.
+  static MemoryDesc any(const dnnl_dims_t dims, dnnl_data_type_t type) {
+    MemoryDesc d;
+#if DNNL_VERSION_MAJOR >= 3
+    check(dnnl_memory_desc_create_with_tag(&d.md_, 2, dims, type, dnnl_format_tag_any),
+          "memory_desc (any)");
+#else
+    check(dnnl_memory_desc_init_by_tag(&d.md_, 2, dims, type, dnnl_format_tag_any),
+          "memory_desc (any)");
+#endif
+    return d;
+  }
+#if DNNL_VERSION_MAJOR >= 3
+  MemoryDesc(MemoryDesc&& o) noexcept : md_(std::exchange(o.md_, nullptr)) {}
+  ~MemoryDesc() {
+    if (md_) dnnl_memory_desc_destroy(md_);
+  }
+  const_dnnl_memory_desc_t get() const { return md_; }
+
+ private:
+  dnnl_memory_desc_t md_ = nullptr;
+#else
+  MemoryDesc(MemoryDesc&& o) noexcept : md_(o.md_) {}
+  const dnnl_memory_desc_t* get() const { return &md_; }
+
+ private:
+  dnnl_memory_desc_t md_{};
+#endif
+};
+
+// Whether a layout the primitive chose is blocked (inner blocks), not a plain strided one.
+template <typename Desc>
+bool has_inner_blocks(Desc md) {
+#if DNNL_VERSION_MAJOR >= 3
+  dnnl_format_kind_t kind = dnnl_format_kind_undef;
+  int inner = 0;
+  check(dnnl_memory_desc_query(md, dnnl_query_format_kind, &kind), "memory_desc_query");
+  if (kind != dnnl_blocked) return false;
+  check(dnnl_memory_desc_query(md, dnnl_query_inner_nblks_s32, &inner), "memory_desc_query");
+  return inner > 0;
+#else
+  return md->format_kind == dnnl_blocked && md->format_desc.blocking.inner_nblks > 0;
+#endif
 }
 
 class MatmulCache {
@@ -112,60 +176,66 @@ class MatmulCache {
     const dnnl_dims_t b_str = {k.tb ? 1 : k.ldb, k.tb ? k.ldb : 1};
     const dnnl_dims_t c_str = {k.ldc, 1};
     const dnnl_data_type_t in = k.type == OneDnnType::kBf16 ? dnnl_bf16 : dnnl_f32;
-    dnnl_memory_desc_t a_md, b_md, b_given_md, c_md, bias_md;
-    check(dnnl_memory_desc_init_by_strides(&a_md, 2, a_dims, in, a_str), "memory_desc A");
-    check(dnnl_memory_desc_init_by_strides(&b_given_md, 2, b_dims, in, b_str), "memory_desc B");
-    if (k.blocked_b)  // the primitive chooses
-      check(dnnl_memory_desc_init_by_tag(&b_md, 2, b_dims, in, dnnl_format_tag_any),
-            "memory_desc B (any)");
-    else
-      b_md = b_given_md;
-    check(dnnl_memory_desc_init_by_strides(&c_md, 2, c_dims, dnnl_f32, c_str), "memory_desc C");
-    if (k.bias) {  // one row, broadcast over the M rows of C
-      const dnnl_dims_t bias_dims = {1, k.N}, bias_str = {k.N, 1};
-      check(dnnl_memory_desc_init_by_strides(&bias_md, 2, bias_dims, dnnl_f32, bias_str),
-            "memory_desc bias");
-    }
-    dnnl_matmul_desc_t desc;
-    check(dnnl_matmul_desc_init(&desc, &a_md, &b_md, k.bias ? &bias_md : nullptr, &c_md),
-          "matmul_desc_init");
+    const MemoryDesc a_md = MemoryDesc::strided(a_dims, in, a_str);
+    const MemoryDesc b_given_md = MemoryDesc::strided(b_dims, in, b_str);
+    // With blocked_b the primitive chooses B's layout.
+    const MemoryDesc b_any_md = k.blocked_b ? MemoryDesc::any(b_dims, in) : MemoryDesc();
+    const MemoryDesc& b_md = k.blocked_b ? b_any_md : b_given_md;
+    const MemoryDesc c_md = MemoryDesc::strided(c_dims, dnnl_f32, c_str);
+    // One row, broadcast over the M rows of C.
+    const dnnl_dims_t bias_dims = {1, k.N}, bias_str = {k.N, 1};
+    const MemoryDesc bias_md =
+        k.bias ? MemoryDesc::strided(bias_dims, dnnl_f32, bias_str) : MemoryDesc();
     dnnl_primitive_attr_t attr;
     check(dnnl_primitive_attr_create(&attr), "attr_create");
     dnnl_post_ops_t ops = nullptr;
     if (k.beta != 0.0f) {  // C = A B + beta C: a sum post-op onto the destination
       check(dnnl_post_ops_create(&ops), "post_ops_create");
+#if DNNL_VERSION_MAJOR >= 3
+      check(dnnl_post_ops_append_sum(ops, k.beta, 0, dnnl_data_type_undef), "append_sum");
+#else
       check(dnnl_post_ops_append_sum(ops, k.beta), "append_sum");
+#endif
       check(dnnl_primitive_attr_set_post_ops(attr, ops), "set_post_ops");
     }
     dnnl_primitive_desc_t pd;
+#if DNNL_VERSION_MAJOR >= 3
+    check(dnnl_matmul_primitive_desc_create(&pd, engine_, a_md.get(), b_md.get(),
+                                            k.bias ? bias_md.get() : nullptr, c_md.get(), attr),
+          "matmul primitive_desc");
+#else
+    dnnl_matmul_desc_t desc;
+    check(dnnl_matmul_desc_init(&desc, a_md.get(), b_md.get(), k.bias ? bias_md.get() : nullptr,
+                                c_md.get()),
+          "matmul_desc_init");
     check(dnnl_primitive_desc_create(&pd, &desc, attr, engine_, nullptr), "matmul primitive_desc");
+#endif
     Matmul m;
     check(dnnl_primitive_create(&m.prim, pd), "matmul primitive_create");
-    check(dnnl_memory_create(&m.a, &a_md, engine_, DNNL_MEMORY_NONE), "memory A");
+    check(dnnl_memory_create(&m.a, a_md.get(), engine_, DNNL_MEMORY_NONE), "memory A");
     if (k.blocked_b) {
-      const dnnl_memory_desc_t* chosen = dnnl_primitive_desc_query_md(pd, dnnl_query_weights_md, 0);
+      const auto chosen = dnnl_primitive_desc_query_md(pd, dnnl_query_weights_md, 0);
       FORGE_CHECK(chosen != nullptr, "oneDNN matmul: no weights layout to query");
       // Only a blocked choice is worth a reorder: the primitive would repack a plain B into
       // it anyway, with the same sums. A plain choice (AVX2's gemm:jit) means a kernel that
       // packs B itself, and packs a transposed B differently: tests/unit/test_onednn_matmul.cpp
       // saw other bits there. Such a B stays where it is (b_bytes beyond any room).
-      const bool blocked =
-          chosen->format_kind == dnnl_blocked && chosen->format_desc.blocking.inner_nblks > 0;
-      m.b_bytes = blocked ? dnnl_memory_desc_get_size(chosen) : SIZE_MAX;
+      m.b_bytes = has_inner_blocks(chosen) ? dnnl_memory_desc_get_size(chosen) : SIZE_MAX;
       check(dnnl_memory_create(&m.b, chosen, engine_, DNNL_MEMORY_NONE), "memory B (blocked)");
-      check(dnnl_memory_create(&m.b_plain, &b_given_md, engine_, DNNL_MEMORY_NONE), "memory B");
+      check(dnnl_memory_create(&m.b_plain, b_given_md.get(), engine_, DNNL_MEMORY_NONE),
+            "memory B");
       dnnl_primitive_desc_t rpd;
-      check(
-          dnnl_reorder_primitive_desc_create(&rpd, &b_given_md, engine_, chosen, engine_, nullptr),
-          "reorder primitive_desc");
+      check(dnnl_reorder_primitive_desc_create(&rpd, b_given_md.get(), engine_, chosen, engine_,
+                                               nullptr),
+            "reorder primitive_desc");
       check(dnnl_primitive_create(&m.reorder, rpd), "reorder primitive_create");
       dnnl_primitive_desc_destroy(rpd);
     } else {
-      check(dnnl_memory_create(&m.b, &b_md, engine_, DNNL_MEMORY_NONE), "memory B");
+      check(dnnl_memory_create(&m.b, b_md.get(), engine_, DNNL_MEMORY_NONE), "memory B");
     }
-    check(dnnl_memory_create(&m.c, &c_md, engine_, DNNL_MEMORY_NONE), "memory C");
+    check(dnnl_memory_create(&m.c, c_md.get(), engine_, DNNL_MEMORY_NONE), "memory C");
     if (k.bias)
-      check(dnnl_memory_create(&m.bias, &bias_md, engine_, DNNL_MEMORY_NONE), "memory bias");
+      check(dnnl_memory_create(&m.bias, bias_md.get(), engine_, DNNL_MEMORY_NONE), "memory bias");
     dnnl_primitive_desc_destroy(pd);
     if (ops) dnnl_post_ops_destroy(ops);
     dnnl_primitive_attr_destroy(attr);
