@@ -2,8 +2,9 @@
 // output gradients rounded to nearest even) and accumulate in fp32; so do GPT-2 attention's
 // matmuls (GPT-2's and Llama's grouped-query) where the CPU has bf16 dot products
 // (kernels/attention_bf16.h; softmax and its statistics stay fp32). Everything else -- norms,
-// softmax, GELU, the loss, the fp32 master weights and AdamW state -- is the `fast` profile's, to which this class forwards. See kernels/bf16_gemm.h for why an fp32 GEMM over
-// rounded operands is exactly a bf16 dot product with fp32 accumulation.
+// softmax, GELU, the loss, the fp32 master weights and AdamW state -- is the `fast` profile's,
+// to which this class forwards. See kernels/bf16_gemm.h for why an fp32 GEMM over rounded
+// operands is exactly a bf16 dot product with fp32 accumulation.
 #include <fmt/format.h>
 #include <omp.h>
 
