@@ -75,3 +75,15 @@ expect_error "unknown mode" "--modes: 'eagre'" "$FORGE" bench --config ci.json -
 expect_error "unknown reference" "--reference: expected torch or none" \
   "$FORGE" bench --config ci.json --reference tensorflow
 expect_error "missing config" "nope\.json" "$FORGE" bench --config nope.json
+
+# PyTorch's matmul rates on the config's shapes: a row per layer and dtype, rates above zero.
+"$SRC/.venv/bin/python" "$SRC/bench/torch_matmul_rates.py" --config ci.json --repeats 5 \
+  >mm.md || fail "torch_matmul_rates.py failed"
+rate='[0-9.]+'
+row="^\\| (bfloat16|float32) \\| [a-z_]+ \\| [0-9]+ x [0-9]+ x [0-9]+ \\| $rate \\| $rate \\| $rate \\|\$"
+rows=$(grep -cE "$row" mm.md)
+[ "$rows" -eq 8 ] || { cat mm.md >&2; fail "torch_matmul_rates.py: $rows layer rows, expected 8"; }
+! grep -qE '\| 0\.0( \||$)' mm.md || fail "torch_matmul_rates.py: a rate of zero"
+echo "ok: torch_matmul_rates.py, $rows rows"
+expect_error "matmul rates, missing config" "nope\.json" \
+  "$SRC/.venv/bin/python" "$SRC/bench/torch_matmul_rates.py" --config nope.json
