@@ -80,7 +80,8 @@ expect_error "missing config" "nope\.json" "$FORGE" bench --config nope.json
 "$SRC/.venv/bin/python" "$SRC/bench/torch_matmul_rates.py" --config ci.json --repeats 5 \
   >mm.md || fail "torch_matmul_rates.py failed"
 rate='[0-9.]+'
-row="^\\| (bfloat16|float32) \\| [a-z_]+ \\| [0-9]+ x [0-9]+ x [0-9]+ \\| $rate \\| $rate \\| $rate \\|\$"
+shape='[0-9]+ x [0-9]+ x [0-9]+'
+row="^\\| (bfloat16|float32) \\| [a-z_]+ \\| $shape \\| $rate \\| $rate \\| $rate \\|\$"
 rows=$(grep -cE "$row" mm.md)
 [ "$rows" -eq 8 ] || { cat mm.md >&2; fail "torch_matmul_rates.py: $rows layer rows, expected 8"; }
 ! grep -qE '\| 0\.0( \||$)' mm.md || fail "torch_matmul_rates.py: a rate of zero"
