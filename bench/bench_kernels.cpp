@@ -50,15 +50,22 @@ struct LinearShape {
 
 // N = B*T rows.
 const LinearShape kShapes[] = {
-    {"small/qkv", 2048, 384, 1152},     {"small/attn_proj", 2048, 384, 384},
-    {"small/fc", 2048, 384, 1536},      {"small/mlp_proj", 2048, 1536, 384},
-    {"small/lm_head", 2048, 384, 256},  {"124m/qkv", 1024, 768, 2304},
-    {"124m/attn_proj", 1024, 768, 768}, {"124m/fc", 1024, 768, 3072},
-    {"124m/mlp_proj", 1024, 3072, 768}, {"124m/lm_head", 1024, 768, 50304},
+    {"small/qkv", 2048, 384, 1152},
+    {"small/attn_proj", 2048, 384, 384},
+    {"small/fc", 2048, 384, 1536},
+    {"small/mlp_proj", 2048, 1536, 384},
+    {"small/lm_head", 2048, 384, 256},
+    {"124m/qkv", 1024, 768, 2304},
+    {"124m/attn_proj", 1024, 768, 768},
+    {"124m/fc", 1024, 768, 3072},
+    {"124m/mlp_proj", 1024, 3072, 768},
+    {"124m/lm_head", 1024, 768, 50304},
     // llama-small (B=8, T=256, C=512, 8 heads over 2 KV heads, SwiGLU 1408): q | k | v and
     // gate | up stacked as `fast` runs them, and k (or v) alone for the unstacked comparison.
-    {"llama/qkv", 2048, 512, 768},      {"llama/k", 2048, 512, 128},
-    {"llama/o_proj", 2048, 512, 512},   {"llama/gate_up", 2048, 512, 2816},
+    {"llama/qkv", 2048, 512, 768},
+    {"llama/k", 2048, 512, 128},
+    {"llama/o_proj", 2048, 512, 512},
+    {"llama/gate_up", 2048, 512, 2816},
     {"llama/down", 2048, 1408, 512},
 };
 

@@ -30,9 +30,12 @@ int main(int argc, char** argv) {
     std::string vocab_dir;
     std::vector<std::string> files;
     for (int i = 1; i < argc; ++i) {
-      if (!std::strcmp(argv[i], "--repeat") && i + 1 < argc) repeat = std::atoi(argv[++i]);
-      else if (!std::strcmp(argv[i], "--vocab-dir") && i + 1 < argc) vocab_dir = argv[++i];
-      else files.push_back(argv[i]);
+      if (!std::strcmp(argv[i], "--repeat") && i + 1 < argc)
+        repeat = std::atoi(argv[++i]);
+      else if (!std::strcmp(argv[i], "--vocab-dir") && i + 1 < argc)
+        vocab_dir = argv[++i];
+      else
+        files.push_back(argv[i]);
     }
     if (files.empty()) forge::fail("usage: bench_tokenizer [--repeat N] [--vocab-dir DIR] FILE...");
     std::string one;
@@ -68,7 +71,8 @@ int main(int argc, char** argv) {
     }
     std::printf(
         "{\"bytes\": %zu, \"docs\": %zu, \"threads\": %d, \"tokens_1\": %zu, \"seconds_1\": %.4f, "
-        "\"tokens_per_s_1\": %.0f, \"tokens_n\": %zu, \"seconds_n\": %.4f, \"tokens_per_s_n\": %.0f}\n",
+        "\"tokens_per_s_1\": %.0f, \"tokens_n\": %zu, \"seconds_n\": %.4f, \"tokens_per_s_n\": "
+        "%.0f}\n",
         text.size(), docs.size(), omp_get_max_threads(), n1, best1, n1 / best1, nn, bestn,
         nn / bestn);
     return 0;

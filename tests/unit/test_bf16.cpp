@@ -47,7 +47,8 @@ uint16_t reference_bits(float x) {
   const double dlo = std::fabs(double(x) - double(scalar::bf16_to_float(lo)));
   // Past the largest finite bf16 the upper neighbour is Inf; IEEE rounding treats it as
   // the value one ulp above (2^128 in magnitude).
-  const double hi_val = (hi & 0x7fffu) == 0x7f80u ? std::ldexp(1.0, 128) : std::fabs(double(scalar::bf16_to_float(hi)));
+  const double hi_val = (hi & 0x7fffu) == 0x7f80u ? std::ldexp(1.0, 128)
+                                                  : std::fabs(double(scalar::bf16_to_float(hi)));
   const double dhi = std::fabs(std::fabs(double(x)) - hi_val);
   if (dlo < dhi) return lo;
   if (dhi < dlo) return hi;
@@ -137,8 +138,8 @@ TEST(Bf16, RoundingMatchesReferenceOnAllExponents) {
     Floats inplace(in.begin(), in.begin() + 4099);
     cpu::round_bf16(inplace.data(), inplace.data(), inplace.size());
     for (size_t i = 0; i < inplace.size(); ++i)
-      expect_same_bits(static_cast<uint16_t>(to_bits(inplace[i]) >> 16),
-                       scalar::bf16_bits(in[i]), in[i]);
+      expect_same_bits(static_cast<uint16_t>(to_bits(inplace[i]) >> 16), scalar::bf16_bits(in[i]),
+                       in[i]);
   });
 }
 
@@ -273,8 +274,8 @@ TEST(Bf16, ProfileUsesBf16LinearAndFailsOnUnplannedShapes) {
     const int IC = s.C, OC1 = 3 * s.C, OC2 = s.C;
     const Floats x = random_floats(size_t(N) * IC, 52), w1 = random_floats(size_t(OC1) * IC, 53),
                  w2 = random_floats(size_t(OC2) * IC, 54);
-    Floats saved(nx->linear_saved_floats(N, IC, OC1)), out1(size_t(N) * OC1),
-        out2(size_t(N) * OC2), want2(size_t(N) * OC2);
+    Floats saved(nx->linear_saved_floats(N, IC, OC1)), out1(size_t(N) * OC1), out2(size_t(N) * OC2),
+        want2(size_t(N) * OC2);
     nx->linear_forward(out1.data(), saved.data(), x.data(), w1.data(), nullptr, N, IC, OC1);
     const Floats after_first = saved;
     nx->linear_forward_same_input(out2.data(), saved.data(), x.data(), w2.data(), nullptr, N, IC,
@@ -285,8 +286,8 @@ TEST(Bf16, ProfileUsesBf16LinearAndFailsOnUnplannedShapes) {
     // Had it converted again it would not matter; that it reads the copy shows in a garbage
     // inp giving the same output.
     const Floats garbage(x.size(), 7.0f);
-    nx->linear_forward_same_input(out2.data(), saved.data(), garbage.data(), w2.data(), nullptr,
-                                  N, IC, OC2);
+    nx->linear_forward_same_input(out2.data(), saved.data(), garbage.data(), w2.data(), nullptr, N,
+                                  IC, OC2);
     EXPECT_EQ(out2, want2);
   }
   // A shape plan() did not reserve for is an error, not an allocation inside a step.
@@ -314,7 +315,7 @@ TEST(Bf16, ProfileKeepsPlannedWeightOperandsFromForwardToBackward) {
       scratch(cpu::bf16_linear_scratch_floats(N, IC, OC));
   cpu::bf16_linear_backward(want_dx1.data(), dw.data(), nullptr, dout.data(), x.data(), w1.data(),
                             nullptr, N, IC, OC, scratch.data());
-  Floats out(size_t(N) * OC), saved1(nx -> linear_saved_floats(N, IC, OC)), saved2(saved1.size());
+  Floats out(size_t(N) * OC), saved1(nx->linear_saved_floats(N, IC, OC)), saved2(saved1.size());
   Floats dx1(size_t(N) * IC), dx2(size_t(N) * IC);
   if (!cpu::native_bf16_available()) {
     // Without bf16 dot products an operand is an fp32 copy as large as the weight: none is
@@ -368,37 +369,38 @@ TEST(Bf16, NativeGemmMatchesFloat64OnEveryTranspose) {
     for (bool tb : {false, true})
       for (float beta : {0.0f, 1.0f})
         for (bool with_bias : {false, true}) {
-        const int M = 67, N = 45, K = 301;  // odd sizes: tails in every dimension
-        const int lda = (ta ? M : K) + 3, ldb = (tb ? K : N) + 5, ldc = N + 2;
-        SCOPED_TRACE(testing::Message() << "ta=" << ta << " tb=" << tb << " beta=" << beta
-                                        << " bias=" << with_bias);
-        const Floats bias = random_floats(N, 53);
-        const Floats a = random_floats(size_t(ta ? K : M) * lda, 50),
-                     b = random_floats(size_t(tb ? N : K) * ldb, 51);
-        std::vector<uint16_t> a16(a.size()), b16(b.size());
-        cpu::to_bf16(a16.data(), a.data(), a.size());
-        cpu::to_bf16(b16.data(), b.data(), b.size());
-        Floats c = random_floats(size_t(M) * ldc, 52);
-        const Floats c0 = c;
-        cpu::gemm_bf16(ta, tb, M, N, K, a16.data(), lda, b16.data(), ldb, beta, c.data(), ldc,
-                       with_bias ? bias.data() : nullptr);
-        Doubles want(size_t(M) * N), got(size_t(M) * N);
-        for (int i = 0; i < M; ++i)
-          for (int j = 0; j < N; ++j) {
-            double acc = beta * c0[size_t(i) * ldc + j] + (with_bias ? bias[j] : 0.0);
-            for (int k = 0; k < K; ++k) {
-              const uint16_t av = ta ? a16[size_t(k) * lda + i] : a16[size_t(i) * lda + k];
-              const uint16_t bv = tb ? b16[size_t(j) * ldb + k] : b16[size_t(k) * ldb + j];
-              acc += double(scalar::bf16_to_float(av)) * scalar::bf16_to_float(bv);
+          const int M = 67, N = 45, K = 301;  // odd sizes: tails in every dimension
+          const int lda = (ta ? M : K) + 3, ldb = (tb ? K : N) + 5, ldc = N + 2;
+          SCOPED_TRACE(testing::Message()
+                       << "ta=" << ta << " tb=" << tb << " beta=" << beta << " bias=" << with_bias);
+          const Floats bias = random_floats(N, 53);
+          const Floats a = random_floats(size_t(ta ? K : M) * lda, 50),
+                       b = random_floats(size_t(tb ? N : K) * ldb, 51);
+          std::vector<uint16_t> a16(a.size()), b16(b.size());
+          cpu::to_bf16(a16.data(), a.data(), a.size());
+          cpu::to_bf16(b16.data(), b.data(), b.size());
+          Floats c = random_floats(size_t(M) * ldc, 52);
+          const Floats c0 = c;
+          cpu::gemm_bf16(ta, tb, M, N, K, a16.data(), lda, b16.data(), ldb, beta, c.data(), ldc,
+                         with_bias ? bias.data() : nullptr);
+          Doubles want(size_t(M) * N), got(size_t(M) * N);
+          for (int i = 0; i < M; ++i)
+            for (int j = 0; j < N; ++j) {
+              double acc = beta * c0[size_t(i) * ldc + j] + (with_bias ? bias[j] : 0.0);
+              for (int k = 0; k < K; ++k) {
+                const uint16_t av = ta ? a16[size_t(k) * lda + i] : a16[size_t(i) * lda + k];
+                const uint16_t bv = tb ? b16[size_t(j) * ldb + k] : b16[size_t(k) * ldb + j];
+                acc += double(scalar::bf16_to_float(av)) * scalar::bf16_to_float(bv);
+              }
+              want[size_t(i) * N + j] = acc;
+              got[size_t(i) * N + j] = c[size_t(i) * ldc + j];
             }
-            want[size_t(i) * N + j] = acc;
-            got[size_t(i) * N + j] = c[size_t(i) * ldc + j];
-          }
-        EXPECT_LT(rel_l2(Floats(got.begin(), got.end()), want), kTol);
-        // the padding between rows of C is not written
-        for (int i = 0; i < M; ++i)
-          for (int j = N; j < ldc; ++j) EXPECT_EQ(c[size_t(i) * ldc + j], c0[size_t(i) * ldc + j]);
-      }
+          EXPECT_LT(rel_l2(Floats(got.begin(), got.end()), want), kTol);
+          // the padding between rows of C is not written
+          for (int i = 0; i < M; ++i)
+            for (int j = N; j < ldc; ++j)
+              EXPECT_EQ(c[size_t(i) * ldc + j], c0[size_t(i) * ldc + j]);
+        }
 }
 
 TEST(Bf16, GradientOperandsMatchScalarBitForBit) {
@@ -415,8 +417,13 @@ TEST(Bf16, GradientOperandsMatchScalarBitForBit) {
         std::normal_distribution<float> normal(0.0f, 1e-3f);
         std::vector<float> dout(size_t(N) * OC);
         for (float& x : dout) x = normal(rng);
-        const float specials[] = {1e-40f, -3e-39f, std::numeric_limits<float>::infinity(),
-                                  3.4e38f, from_bits(0x7f800001u), -0.0f, 1.0039062f};
+        const float specials[] = {1e-40f,
+                                  -3e-39f,
+                                  std::numeric_limits<float>::infinity(),
+                                  3.4e38f,
+                                  from_bits(0x7f800001u),
+                                  -0.0f,
+                                  1.0039062f};
         for (size_t i = 0; i < std::size(specials) && i * 97 < dout.size(); ++i)
           dout[i * 97] = specials[i];
         std::vector<uint16_t> g(dout.size(), 1), gt(dout.size(), 2), g_ref(dout.size()),
@@ -424,8 +431,8 @@ TEST(Bf16, GradientOperandsMatchScalarBitForBit) {
         std::vector<float> dbias(OC, 5.0f), dbias_ref(OC);
         cpu::bf16_gradient_operands(g.data(), gt.data(), with_bias ? dbias.data() : nullptr,
                                     dout.data(), N, OC);
-        scalar::bf16_gradient_operands(g_ref.data(), gt_ref.data(), dbias_ref.data(),
-                                       dout.data(), N, OC);
+        scalar::bf16_gradient_operands(g_ref.data(), gt_ref.data(), dbias_ref.data(), dout.data(),
+                                       N, OC);
         for (size_t i = 0; i < gt.size(); ++i) {
           ASSERT_EQ(gt[i], gt_ref[i])
               << "gt[" << i << "] (column " << i % N << " of row " << i / N << ")";

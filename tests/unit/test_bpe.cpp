@@ -4,7 +4,6 @@
 // very long pieces; decoding gives the bytes back. A missing python, tiktoken or transformers
 // fails these tests (the reference is the point), it never skips them.
 #include <gtest/gtest.h>
-
 #include <unistd.h>
 
 #include <algorithm>
@@ -78,13 +77,31 @@ std::vector<fs::path> fortune_files() {
 std::string invalid_utf8_cases() {
   std::string s;
   const char* cases[] = {
-      "\xff", "lone \xff in text", "\xfe\xff", "overlong \xc0\xaf and \xe0\x80\xaf",
-      "surrogate \xed\xa0\x80 \xed\xbf\xbf", "too big \xf4\x90\x80\x80 \xf8\x88\x80\x80\x80",
-      "truncated euro \xe2\x82 then text", "\x80\x80 continuation bytes", "caf\xe9 na\xefve",
-      "hello \xff world, yes", " \xff", "\xff ", "'\xffs it\xff's", "12\xff" "34", "a\xe2\x80 b",
-      "\xe2\x80\xe2\x80\xe2\x80", "ab\xff" "cd\xfe  \n\nx", "emoji cut \xf0\x9f\x98 here",
+      "\xff",
+      "lone \xff in text",
+      "\xfe\xff",
+      "overlong \xc0\xaf and \xe0\x80\xaf",
+      "surrogate \xed\xa0\x80 \xed\xbf\xbf",
+      "too big \xf4\x90\x80\x80 \xf8\x88\x80\x80\x80",
+      "truncated euro \xe2\x82 then text",
+      "\x80\x80 continuation bytes",
+      "caf\xe9 na\xefve",
+      "hello \xff world, yes",
+      " \xff",
+      "\xff ",
+      "'\xffs it\xff's",
+      "12\xff"
+      "34",
+      "a\xe2\x80 b",
+      "\xe2\x80\xe2\x80\xe2\x80",
+      "ab\xff"
+      "cd\xfe  \n\nx",
+      "emoji cut \xf0\x9f\x98 here",
       "\xc3\x28 \xa0\xa1 \xe2\x28\xa1 \xe2\x82\x28 \xf0\x28\x8c\xbc \xf0\x90\x28\xbc",
-      "spaces   \xff   around", "\n\xff\n", "\t\xff\t", "\xef\xbb\xbf BOM then \xef\xbf",
+      "spaces   \xff   around",
+      "\n\xff\n",
+      "\t\xff\t",
+      "\xef\xbb\xbf BOM then \xef\xbf",
       "\xff<|endoftext|>\xfe <|endoftext|>\xe2\x82<|endoftext|>"};
   for (const char* c : cases) {
     s += c;
@@ -122,7 +139,10 @@ std::string describe_mismatch(const std::vector<uint32_t>& got, const std::vecto
     for (size_t k = i >= 3 ? i - 3 : 0; k < std::min(v.size(), i + 5); ++k) {
       os << " " << v[k] << "(";
       for (unsigned char c : t.token_bytes(v[k]))
-        if (c >= 0x20 && c < 0x7f) os << c; else os << "\\x" << std::hex << int(c) << std::dec;
+        if (c >= 0x20 && c < 0x7f)
+          os << c;
+        else
+          os << "\\x" << std::hex << int(c) << std::dec;
       os << ")";
     }
   };
@@ -144,10 +164,10 @@ TEST(Bpe, ByteToUnicodeIsGpt2s) {
   ASSERT_EQ(m.size(), 256u);
   EXPECT_EQ(m['!'], uint32_t('!'));
   EXPECT_EQ(m[0xFF], 0xFFu);
-  EXPECT_EQ(m[0], 0x100u);       // 'Ā'
-  EXPECT_EQ(m[' '], 0x120u);     // 'Ġ'
-  EXPECT_EQ(m['\n'], 0x10Au);    // 'Ċ'
-  EXPECT_EQ(m[0xAD], 0x143u);    // soft hyphen, the last unprintable byte
+  EXPECT_EQ(m[0], 0x100u);     // 'Ā'
+  EXPECT_EQ(m[' '], 0x120u);   // 'Ġ'
+  EXPECT_EQ(m['\n'], 0x10Au);  // 'Ċ'
+  EXPECT_EQ(m[0xAD], 0x143u);  // soft hyphen, the last unprintable byte
   std::vector<uint32_t> sorted(m);
   std::sort(sorted.begin(), sorted.end());
   EXPECT_TRUE(std::adjacent_find(sorted.begin(), sorted.end()) == sorted.end());
@@ -209,17 +229,21 @@ class BpeReference : public ::testing::Test {
       error_ = "writing the code-point sweep failed:\n" + sweep_cmd + "\n" + read_file(log);
       return;
     }
-    for (const auto& p : {hard, tmp_ / "invalid_utf8.txt", tmp_ / "long_pieces.txt",
-                          tmp_ / "code_point_sweep.txt"})
+    for (const auto& p :
+         {hard, tmp_ / "invalid_utf8.txt", tmp_ / "long_pieces.txt", tmp_ / "code_point_sweep.txt"})
       cases_->push_back({p, false, {}, {}, false, {}});
     cases_->push_back({hard, true, {}, {}, false, {}});
     cases_->push_back({tmp_ / "invalid_utf8.txt", true, {}, {}, false, {}});
     cases_->push_back({hard, false, {}, {}, true, {}});
     cases_->push_back({tmp_ / "code_point_sweep.txt", false, {}, {}, true, {}});
 
-    std::string cmd = "'" + python + "' '" + script + "' --out-dir '" + (tmp_ / "out").string() + "'";
+    std::string cmd =
+        "'" + python + "' '" + script + "' --out-dir '" + (tmp_ / "out").string() + "'";
     for (const auto& c : *cases_)
-      cmd += std::string(" '") + (c.pieces ? "pieces:" : c.allow_special ? "special:" : "") +
+      cmd += std::string(" '") +
+             (c.pieces          ? "pieces:"
+              : c.allow_special ? "special:"
+                                : "") +
              c.path.string() + "'";
     cmd += " > '" + log.string() + "' 2>&1";
     if (std::system(cmd.c_str()) != 0) {
@@ -255,8 +279,10 @@ class BpeReference : public ::testing::Test {
         continue;
       const std::string text = read_file(c.path);
       const auto got = t.encode(text, allow_special);
-      EXPECT_EQ(got, c.tiktoken) << c.path << " vs tiktoken: " << describe_mismatch(got, c.tiktoken, t);
-      EXPECT_EQ(got, c.hf) << c.path << " vs HF GPT2TokenizerFast: " << describe_mismatch(got, c.hf, t);
+      EXPECT_EQ(got, c.tiktoken) << c.path
+                                 << " vs tiktoken: " << describe_mismatch(got, c.tiktoken, t);
+      EXPECT_EQ(got, c.hf) << c.path
+                           << " vs HF GPT2TokenizerFast: " << describe_mismatch(got, c.hf, t);
       EXPECT_TRUE(t.decode_bytes(got) == text) << c.path << ": decode(encode(x)) != x";
       ++files;
       tokens += got.size();
@@ -275,7 +301,8 @@ class BpeReference : public ::testing::Test {
       const std::string text = read_file(c.path);
       const auto pieces = tok().pretokenize(text);
       std::vector<uint32_t> ends;
-      for (const auto& p : pieces) ends.push_back(static_cast<uint32_t>(p.data() + p.size() - text.data()));
+      for (const auto& p : pieces)
+        ends.push_back(static_cast<uint32_t>(p.data() + p.size() - text.data()));
       size_t i = 0;
       while (i < ends.size() && i < c.hf_piece_ends.size() && ends[i] == c.hf_piece_ends[i]) ++i;
       EXPECT_TRUE(i == ends.size() && i == c.hf_piece_ends.size())
@@ -290,7 +317,8 @@ class BpeReference : public ::testing::Test {
 };
 
 TEST_F(BpeReference, FortunesCorpus) {
-  ASSERT_GE(fortune_files().size(), 20u) << "the fortunes corpus (Debian package fortunes) is missing";
+  ASSERT_GE(fortune_files().size(), 20u)
+      << "the fortunes corpus (Debian package fortunes) is missing";
   expect_identical("/usr/share/games/fortunes/", false);
 }
 TEST_F(BpeReference, HardCases) { expect_identical("bpe_hard_cases.txt", false); }
@@ -298,7 +326,9 @@ TEST_F(BpeReference, HardCasesWithSpecialTokens) { expect_identical("bpe_hard_ca
 TEST_F(BpeReference, InvalidUtf8) { expect_identical("invalid_utf8.txt", false); }
 TEST_F(BpeReference, InvalidUtf8WithSpecialTokens) { expect_identical("invalid_utf8.txt", true); }
 TEST_F(BpeReference, LongPieces) { expect_identical("long_pieces.txt", false); }
-TEST_F(BpeReference, EveryCodePointTokenizesTheSame) { expect_identical("code_point_sweep.txt", false); }
+TEST_F(BpeReference, EveryCodePointTokenizesTheSame) {
+  expect_identical("code_point_sweep.txt", false);
+}
 TEST_F(BpeReference, EveryCodePointSplitsLikeHF) { expect_same_pieces("code_point_sweep.txt"); }
 TEST_F(BpeReference, HardCasesSplitLikeHF) { expect_same_pieces("bpe_hard_cases.txt"); }
 
@@ -344,7 +374,8 @@ TEST(Bpe, BadFilesGiveErrorsNamingThem) {
   const fs::path dir = fs::temp_directory_path() / ("forge_bpe_bad_" + std::to_string(::getpid()));
   fs::create_directories(dir);
   const std::string good_dir = forge::find_gpt2_vocab_dir(source_dir());
-  auto expect_error = [&](const std::string& enc, const std::string& merges, const std::string& needle) {
+  auto expect_error = [&](const std::string& enc, const std::string& merges,
+                          const std::string& needle) {
     write_file(dir / "encoder.json", enc);
     write_file(dir / "vocab.bpe", merges);
     try {
@@ -361,7 +392,8 @@ TEST(Bpe, BadFilesGiveErrorsNamingThem) {
   expect_error(R"({"a": 0, "<|endoftext|>": 1})", "", "expected a token for every byte");
   // The real vocabulary with a broken merges file.
   const std::string enc = read_file(fs::path(good_dir) / "encoder.json");
-  expect_error(enc, "#version: 0.2\nĠ t\nthree parts here\n", "vocab.bpe:3: expected two token strings");
+  expect_error(enc, "#version: 0.2\nĠ t\nthree parts here\n",
+               "vocab.bpe:3: expected two token strings");
   expect_error(enc, "#version: 0.2\nĠ t\nĠ t\n", "vocab.bpe:3: merge \"Ġ t\" appears twice");
   expect_error(enc, "#version: 0.2\nzzzzq zzzzq\n", "must all be tokens");
   try {
@@ -402,7 +434,7 @@ TEST(BpeTrain, LearnsByCountWithDeterministicTies) {
   EXPECT_EQ(spelled(1), " |ab");
   EXPECT_EQ(spelled(2), "c|d");
   EXPECT_EQ(v.token_bytes[256], "ab");
-  EXPECT_EQ(v.token_bytes[0], "!");     // GPT-2's byte order: printable bytes first
+  EXPECT_EQ(v.token_bytes[0], "!");  // GPT-2's byte order: printable bytes first
   EXPECT_EQ(v.token_bytes[188], std::string(1, '\0'));
   EXPECT_EQ(v.token_bytes[220], " ");
   // Runs out of pairs: fewer merges, no error.
@@ -428,7 +460,8 @@ TEST(BpeTrain, FortunesVocabularyLoadsInTiktokenAndHF) {
   ASSERT_GE(files.size(), 20u);
   std::vector<std::string> paths;
   for (const auto& f : files) paths.push_back(f.string());
-  const fs::path dir = fs::temp_directory_path() / ("forge_bpe_train_" + std::to_string(::getpid()));
+  const fs::path dir =
+      fs::temp_directory_path() / ("forge_bpe_train_" + std::to_string(::getpid()));
   fs::remove_all(dir);
   testing::internal::CaptureStdout();
   forge::run_tokenizer_train(2000, paths, (dir / "a").string());
@@ -444,13 +477,15 @@ TEST(BpeTrain, FortunesVocabularyLoadsInTiktokenAndHF) {
   EXPECT_EQ(learned.num_merges(), 1743u);
 
   const std::string python = source_dir() + "/.venv/bin/python";
-  std::string cmd = "'" + python + "' '" + source_dir() + "/tests/tools/bpe_reference.py' --vocab-dir '" +
-                    (dir / "a").string() + "' --out-dir '" + (dir / "out").string() + "'";
+  std::string cmd = "'" + python + "' '" + source_dir() +
+                    "/tests/tools/bpe_reference.py' --vocab-dir '" + (dir / "a").string() +
+                    "' --out-dir '" + (dir / "out").string() + "'";
   for (const auto& f : files) cmd += " '" + f.string() + "'";
   cmd += " > '" + (dir / "log").string() + "' 2>&1";
-  ASSERT_EQ(std::system(cmd.c_str()), 0) << "the reference (tiktoken + transformers under "
-                                         << python << ") failed:\n" << cmd << "\n"
-                                         << read_file(dir / "log");
+  ASSERT_EQ(std::system(cmd.c_str()), 0)
+      << "the reference (tiktoken + transformers under " << python << ") failed:\n"
+      << cmd << "\n"
+      << read_file(dir / "log");
   size_t tokens = 0, bytes = 0;
   for (size_t i = 0; i < files.size(); ++i) {
     const std::string text = read_file(files[i]);

@@ -25,7 +25,9 @@ void write_bytes(const std::string& path, const void* data, size_t n) {
   std::ofstream out(path, std::ios::binary);
   out.write(static_cast<const char*>(data), static_cast<std::streamsize>(n));
 }
-void write_text(const std::string& path, const std::string& s) { write_bytes(path, s.data(), s.size()); }
+void write_text(const std::string& path, const std::string& s) {
+  write_bytes(path, s.data(), s.size());
+}
 
 std::vector<uint32_t> random_tokens(size_t n, uint32_t vocab, uint32_t seed) {
   std::mt19937 rng(seed);
@@ -36,7 +38,8 @@ std::vector<uint32_t> random_tokens(size_t n, uint32_t vocab, uint32_t seed) {
 }
 
 // An llm.c shard: 256 int32 header (magic, version, count), then uint16 tokens.
-std::string llmc_bytes(const std::vector<uint16_t>& tokens, int32_t version = 1, int32_t declared = -1) {
+std::string llmc_bytes(const std::vector<uint16_t>& tokens, int32_t version = 1,
+                       int32_t declared = -1) {
   std::vector<int32_t> header(256, 0);
   header[0] = 20240520;
   header[1] = version;
@@ -71,13 +74,15 @@ TEST(DataShard, ForgeRoundTripWithUint16Tokens) {
   EXPECT_EQ(r.size(), 1001u);
   EXPECT_EQ(r.vocab_size(), 50257u);
   auto all = read_all(r);
-  for (size_t i = 0; i < tokens.size(); ++i) ASSERT_EQ(static_cast<uint32_t>(all[i]), tokens[i]) << i;
+  for (size_t i = 0; i < tokens.size(); ++i)
+    ASSERT_EQ(static_cast<uint32_t>(all[i]), tokens[i]) << i;
   EXPECT_EQ(r[1000], tokens[1000]);
   std::vector<int32_t> mid(7);
   r.read(333, 7, mid.data());
   for (int i = 0; i < 7; ++i) EXPECT_EQ(static_cast<uint32_t>(mid[i]), tokens[333 + i]);
   EXPECT_NO_THROW(r.check_vocab(50257));
-  EXPECT_EQ(std::distance(fs::directory_iterator(dir.path()), fs::directory_iterator()), 1);  // no temp left
+  EXPECT_EQ(std::distance(fs::directory_iterator(dir.path()), fs::directory_iterator()),
+            1);  // no temp left
 }
 
 TEST(DataShard, ForgeRoundTripWithUint32TokensAboveUint16) {
@@ -145,19 +150,24 @@ TEST(DataShard, TruncatedShardsAreErrorsNamingTheFile) {
     fs::resize_file(path, 64 + 2 * 60);
     std::string msg = error_of([&] { forge::ShardReader r(path); });
     EXPECT_NE(msg.find(path), std::string::npos) << msg;
-    EXPECT_NE(msg.find("truncated forge shard: header says 100 tokens but the file holds 60"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("truncated forge shard: header says 100 tokens but the file holds 60"),
+              std::string::npos)
+        << msg;
   }
   {
     const std::string path = dir / "cut_llmc.bin";
     std::string bytes = llmc_bytes({1, 2, 3}, 1, 10);
     write_bytes(path, bytes.data(), bytes.size());
     std::string msg = error_of([&] { forge::ShardReader r(path); });
-    EXPECT_NE(msg.find("truncated llmc shard: header says 10 tokens but the file holds 3"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("truncated llmc shard: header says 10 tokens but the file holds 3"),
+              std::string::npos)
+        << msg;
   }
   {
     const std::string path = dir / "short_header.bin";
     write_text(path, std::string("FRGTOKS\0\1\0\0\0", 12));
-    EXPECT_NE(error_of([&] { forge::ShardReader r(path); }).find("truncated forge shard"), std::string::npos);
+    EXPECT_NE(error_of([&] { forge::ShardReader r(path); }).find("truncated forge shard"),
+              std::string::npos);
   }
 }
 
@@ -165,19 +175,23 @@ TEST(DataShard, ForeignAndUnsupportedFilesAreRejected) {
   TempDir dir;
   const std::string foreign = dir / "foreign.bin";
   write_text(foreign, "GIF89a some image bytes..");  // odd size, no magic
-  EXPECT_NE(error_of([&] { forge::ShardReader r(foreign); }).find("not a token shard"), std::string::npos);
+  EXPECT_NE(error_of([&] { forge::ShardReader r(foreign); }).find("not a token shard"),
+            std::string::npos);
   write_text(foreign, "GIF89a some image bytes...");  // even: auto would take it as nanoGPT
   std::string msg = error_of([&] { forge::ShardReader r(foreign, forge::ShardFormat::Forge); });
   EXPECT_NE(msg.find(foreign), std::string::npos);
   EXPECT_NE(msg.find("not a forge token shard"), std::string::npos) << msg;
-  EXPECT_NE(error_of([&] { forge::ShardReader r(foreign, forge::ShardFormat::LlmC); }).find("not an llm.c token shard"),
+  EXPECT_NE(error_of([&] {
+              forge::ShardReader r(foreign, forge::ShardFormat::LlmC);
+            }).find("not an llm.c token shard"),
             std::string::npos);
 
   const std::string v2 = dir / "v2.bin";
   std::string bytes = llmc_bytes({1, 2}, 2);
   write_bytes(v2, bytes.data(), bytes.size());
-  EXPECT_NE(error_of([&] { forge::ShardReader r(v2); }).find("llm.c shard version 2 is not supported"),
-            std::string::npos);
+  EXPECT_NE(
+      error_of([&] { forge::ShardReader r(v2); }).find("llm.c shard version 2 is not supported"),
+      std::string::npos);
 
   const std::string fv = dir / "forge_v9.bin";
   {
@@ -190,9 +204,11 @@ TEST(DataShard, ForeignAndUnsupportedFilesAreRejected) {
     f.seekp(8);
     f.write(reinterpret_cast<const char*>(&nine), 4);
   }
-  EXPECT_NE(error_of([&] { forge::ShardReader r(fv); }).find("forge shard version 9 is not supported"),
+  EXPECT_NE(
+      error_of([&] { forge::ShardReader r(fv); }).find("forge shard version 9 is not supported"),
+      std::string::npos);
+  EXPECT_NE(error_of([&] { forge::ShardReader r(dir / "missing.bin"); }).find("missing.bin"),
             std::string::npos);
-  EXPECT_NE(error_of([&] { forge::ShardReader r(dir / "missing.bin"); }).find("missing.bin"), std::string::npos);
 }
 
 TEST(DataShard, TokensOutsideTheVocabularyAreRejected) {
@@ -219,7 +235,8 @@ TEST(DataShard, ParseShardFormat) {
   EXPECT_EQ(forge::parse_shard_format("forge"), forge::ShardFormat::Forge);
   EXPECT_EQ(forge::parse_shard_format("nanogpt"), forge::ShardFormat::NanoGPT);
   EXPECT_EQ(forge::parse_shard_format("llmc"), forge::ShardFormat::LlmC);
-  EXPECT_NE(error_of([] { forge::parse_shard_format("hf"); }).find("auto|forge|nanogpt|llmc"), std::string::npos);
+  EXPECT_NE(error_of([] { forge::parse_shard_format("hf"); }).find("auto|forge|nanogpt|llmc"),
+            std::string::npos);
 }
 
 TEST(DataShard, WriteIntoMissingDirectoryFailsWithoutLeftovers) {
@@ -274,9 +291,10 @@ TEST(DataPrepare, MixedCorpusSplitsByDocumentWithExactCounts) {
   TempDir dir;
   // Directory walk order is sorted: a.txt, b.jsonl, sub/c.txt; .dat/.u8/binary are skipped.
   write_text(dir / "corpus/a.txt", "alpha document\n");
-  write_text(dir / "corpus/b.jsonl",
-             "{\"text\": \"doc one\", \"id\": 1}\n\n{\"text\": \"doc two\\nline2\"}\n{\"text\": \"\"}\n"
-             "{\"text\": \"doc three\"}\n");
+  write_text(
+      dir / "corpus/b.jsonl",
+      "{\"text\": \"doc one\", \"id\": 1}\n\n{\"text\": \"doc two\\nline2\"}\n{\"text\": \"\"}\n"
+      "{\"text\": \"doc three\"}\n");
   write_text(dir / "corpus/sub/c.txt", "last");
   write_text(dir / "corpus/a.dat", "index");
   write_text(dir / "corpus/a.u8", "utf8 copy");
@@ -346,7 +364,7 @@ TEST(DataPrepare, SingleDocumentIsSplitByTokens) {
   opt.inputs = {dir / "input.txt"};
   opt.progress = false;
   auto r = forge::prepare_data(opt);
-  text += "\n";  // bytes documents end with a newline
+  text += "\n";                   // bytes documents end with a newline
   EXPECT_EQ(r.val_tokens, 101u);  // ceil(0.1 * 1001)
   EXPECT_EQ(r.train_tokens, 900u);
   EXPECT_EQ(decode_shard(r.train_path) + decode_shard(r.val_path), text);
@@ -358,22 +376,28 @@ TEST(DataPrepare, ErrorsNameTheInput) {
   opt.out_dir = dir / "out";
   opt.progress = false;
   opt.inputs = {dir / "missing.txt"};
-  EXPECT_NE(error_of([&] { forge::prepare_data(opt); }).find("missing.txt: input not found"), std::string::npos);
+  EXPECT_NE(error_of([&] { forge::prepare_data(opt); }).find("missing.txt: input not found"),
+            std::string::npos);
 
   write_text(dir / "bad.jsonl", "{\"text\": \"ok\"}\n{\"text\": 3}\n");
   opt.inputs = {dir / "bad.jsonl"};
-  EXPECT_NE(error_of([&] { forge::prepare_data(opt); }).find("bad.jsonl:2: field 'text': expected a string"),
+  EXPECT_NE(error_of([&] {
+              forge::prepare_data(opt);
+            }).find("bad.jsonl:2: field 'text': expected a string"),
             std::string::npos);
   write_text(dir / "broken.jsonl", "{\"text\": \"ok\"}\n\n{\"text\": \n");
   opt.inputs = {dir / "broken.jsonl"};
-  EXPECT_NE(error_of([&] { forge::prepare_data(opt); }).find("broken.jsonl:3: malformed JSON"), std::string::npos);
+  EXPECT_NE(error_of([&] { forge::prepare_data(opt); }).find("broken.jsonl:3: malformed JSON"),
+            std::string::npos);
   write_text(dir / "nofield.jsonl", "{\"content\": \"ok\"}\n");
   opt.inputs = {dir / "nofield.jsonl"};
-  EXPECT_NE(error_of([&] { forge::prepare_data(opt); }).find("missing field 'text'"), std::string::npos);
+  EXPECT_NE(error_of([&] { forge::prepare_data(opt); }).find("missing field 'text'"),
+            std::string::npos);
 
   write_text(dir / "img.txt", std::string("\x89PNG\0\0", 6));
   opt.inputs = {dir / "img.txt"};
-  EXPECT_NE(error_of([&] { forge::prepare_data(opt); }).find("img.txt: looks binary"), std::string::npos);
+  EXPECT_NE(error_of([&] { forge::prepare_data(opt); }).find("img.txt: looks binary"),
+            std::string::npos);
 
   write_text(dir / "empty/e.txt", "");
   opt.inputs = {dir / "empty"};

@@ -32,7 +32,8 @@ std::vector<float> contribution(int k, size_t n, uint32_t seed = 7) {
   std::mt19937 rng(seed * 1000 + k);
   std::uniform_real_distribution<float> u(-1.0f, 1.0f);
   std::vector<float> v(n);
-  for (size_t i = 0; i < n; ++i) v[i] = u(rng) * std::ldexp(1.0f, (k * 7 + static_cast<int>(i)) % 24 - 12);
+  for (size_t i = 0; i < n; ++i)
+    v[i] = u(rng) * std::ldexp(1.0f, (k * 7 + static_cast<int>(i)) % 24 - 12);
   return v;
 }
 
@@ -105,8 +106,9 @@ std::string mpirun_prefix(int np) {
 void launch_under_mpirun(int world) {
   const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
   const std::string self = std::filesystem::read_symlink("/proc/self/exe").string();
-  const std::string cmd = mpirun_prefix(world) + self + " --gtest_filter=" +
-                          info->test_suite_name() + "." + info->name() + " >/dev/null 2>&1";
+  const std::string cmd = mpirun_prefix(world) + self +
+                          " --gtest_filter=" + info->test_suite_name() + "." + info->name() +
+                          " >/dev/null 2>&1";
   const int rc = std::system(cmd.c_str());
   EXPECT_EQ(rc, 0) << "under mpirun (rerun to see its output): " << cmd;
 }

@@ -10,8 +10,8 @@
 #include "forge/io/hf_config.h"
 #include "test_util.h"
 
-using nlohmann::json;
 using forge_test::error_of;
+using nlohmann::json;
 
 namespace {
 
@@ -99,7 +99,7 @@ TEST(HfConfig, Gpt2RoundTripsThroughTheExport) {
 TEST(HfConfig, ReadsWhatTransformersWrites) {
   forge::Config c = forge::parse_hf_config(transformers5_llama(), "hf/config.json");
   EXPECT_DOUBLE_EQ(c.model.rope_theta, 500000.0);  // from rope_parameters
-  EXPECT_EQ(c.model.vocab_size, 272);  // no forge_vocab_size: every row is a token
+  EXPECT_EQ(c.model.vocab_size, 272);              // no forge_vocab_size: every row is a token
   EXPECT_EQ(c.model.vocab_rows(), 272);
   EXPECT_EQ(c.model.kv_heads(), 2);
   // transformers 4.x: rope_theta at the top, rope_scaling null; absent fields take
@@ -128,19 +128,28 @@ TEST(HfConfig, RefusesWhatForgeDoesNotImplementNamingFileAndField) {
   } cases[] = {
       {"model_type", "mistral",
        "hf/config.json: field 'model_type': expected \"gpt2\" or \"llama\", got \"mistral\""},
-      {"model_type", nullptr, "hf/config.json: field 'model_type': expected \"gpt2\" or \"llama\", got none"},
+      {"model_type", nullptr,
+       "hf/config.json: field 'model_type': expected \"gpt2\" or \"llama\", got none"},
       {"tie_word_embeddings", true,
-       "hf/config.json: field 'tie_word_embeddings': expected false (forge's llama has an untied lm_head), got true"},
-      {"hidden_size", nullptr, "hf/config.json: field 'hidden_size' is missing: expected a positive integer"},
-      {"intermediate_size", 0, "hf/config.json: field 'intermediate_size': expected a positive integer, got 0"},
-      {"num_hidden_layers", "2", "hf/config.json: field 'num_hidden_layers': expected a positive integer, got \"2\""},
+       "hf/config.json: field 'tie_word_embeddings': expected false (forge's llama has an untied "
+       "lm_head), got true"},
+      {"hidden_size", nullptr,
+       "hf/config.json: field 'hidden_size' is missing: expected a positive integer"},
+      {"intermediate_size", 0,
+       "hf/config.json: field 'intermediate_size': expected a positive integer, got 0"},
+      {"num_hidden_layers", "2",
+       "hf/config.json: field 'num_hidden_layers': expected a positive integer, got \"2\""},
       {"num_key_value_heads", 3,
-       "hf/config.json: field 'num_key_value_heads': expected a divisor of num_attention_heads (4), got 3"},
-      {"head_dim", 32, "hf/config.json: field 'head_dim': expected 16 (hidden_size / num_attention_heads), got 32"},
+       "hf/config.json: field 'num_key_value_heads': expected a divisor of num_attention_heads "
+       "(4), got 3"},
+      {"head_dim", 32,
+       "hf/config.json: field 'head_dim': expected 16 (hidden_size / num_attention_heads), got 32"},
       {"hidden_act", "gelu", "hf/config.json: field 'hidden_act': expected \"silu\""},
       {"attention_bias", true, "hf/config.json: field 'attention_bias': expected false"},
-      {"rms_norm_eps", 0, "hf/config.json: field 'rms_norm_eps': expected a positive number, got 0"},
-      {"forge_vocab_size", 300, "hf/config.json: field 'forge_vocab_size': expected at most vocab_size (272), got 300"},
+      {"rms_norm_eps", 0,
+       "hf/config.json: field 'rms_norm_eps': expected a positive number, got 0"},
+      {"forge_vocab_size", 300,
+       "hf/config.json: field 'forge_vocab_size': expected at most vocab_size (272), got 300"},
       {"rope_parameters", json{{"rope_type", "llama3"}, {"rope_theta", 500000.0}},
        "hf/config.json: field 'rope_parameters.rope_type': expected \"default\""},
       {"rope_parameters", json{{"rope_type", "default"}, {"rope_theta", -1.0}},
@@ -161,15 +170,20 @@ TEST(HfConfig, RefusesWhatForgeDoesNotImplementNamingFileAndField) {
   odd.erase("head_dim");
   odd["hidden_size"] = 72;
   odd["num_attention_heads"] = 8;
-  EXPECT_EQ(hf_error(odd).rfind("hf/config.json: field 'hidden_size': expected an even head dimension", 0), 0u)
+  EXPECT_EQ(hf_error(odd).rfind(
+                "hf/config.json: field 'hidden_size': expected an even head dimension", 0),
+            0u)
       << hf_error(odd);
 
   json gpt2 = forge::hf_config_json(forge::ModelConfig{});
   gpt2["tie_word_embeddings"] = false;
-  EXPECT_EQ(hf_error(gpt2).rfind("hf/config.json: field 'tie_word_embeddings': expected true", 0), 0u);
+  EXPECT_EQ(hf_error(gpt2).rfind("hf/config.json: field 'tie_word_embeddings': expected true", 0),
+            0u);
   gpt2 = forge::hf_config_json(forge::ModelConfig{});
   gpt2["activation_function"] = "relu";
-  EXPECT_EQ(hf_error(gpt2).rfind("hf/config.json: field 'activation_function': expected \"gelu_new\"", 0), 0u);
+  EXPECT_EQ(
+      hf_error(gpt2).rfind("hf/config.json: field 'activation_function': expected \"gelu_new\"", 0),
+      0u);
   EXPECT_NE(hf_error(json::array()).find("hf/config.json"), std::string::npos);
 }
 

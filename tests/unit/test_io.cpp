@@ -129,11 +129,14 @@ TEST(IoConfig, MalformedJsonNamesFileAndBytePosition) {
 }
 
 TEST(IoConfig, UnknownFieldsAreRejectedWithTheirFullName) {
-  EXPECT_EQ(error_of([] { config_from(R"({"train": {"stpes": 3}})"); }), "config.json: unknown field 'train.stpes'");
-  EXPECT_EQ(error_of([] { config_from(R"({"modle": {}})"); }), "config.json: unknown field 'modle'");
+  EXPECT_EQ(error_of([] { config_from(R"({"train": {"stpes": 3}})"); }),
+            "config.json: unknown field 'train.stpes'");
+  EXPECT_EQ(error_of([] { config_from(R"({"modle": {}})"); }),
+            "config.json: unknown field 'modle'");
   EXPECT_EQ(error_of([] { config_from(R"({"model": {"n_embed": 64}})"); }),
             "config.json: unknown field 'model.n_embed'");
-  EXPECT_EQ(error_of([] { config_from(R"({"data": {"test": "x"}})"); }), "config.json: unknown field 'data.test'");
+  EXPECT_EQ(error_of([] { config_from(R"({"data": {"test": "x"}})"); }),
+            "config.json: unknown field 'data.test'");
 }
 
 TEST(IoConfig, MistypedFieldsNameTheExpectedAndFoundType) {
@@ -147,7 +150,8 @@ TEST(IoConfig, MistypedFieldsNameTheExpectedAndFoundType) {
             "config.json: field 'model.family': expected a string, got integer");
   EXPECT_EQ(error_of([] { config_from(R"({"model": []})"); }),
             "config.json: field 'model': expected an object, got array");
-  EXPECT_NE(error_of([] { config_from("[1, 2]"); }).find("expected a JSON object"), std::string::npos);
+  EXPECT_NE(error_of([] { config_from("[1, 2]"); }).find("expected a JSON object"),
+            std::string::npos);
 }
 
 TEST(IoConfig, OutOfRangeValuesAreRejected) {
@@ -162,8 +166,10 @@ TEST(IoConfig, OutOfRangeValuesAreRejected) {
       {R"({"model": {"n_embd": 3000000000}})", "'model.n_embd'"},
       {R"({"model": {"norm_eps": 0}})", "'model.norm_eps'"},
       {R"({"model": {"norm_eps": -1e-5}})", "'model.norm_eps'"},
-      {R"({"model": {"family": "llama", "ffn_hidden": 176, "rope_theta": 0}})", "'model.rope_theta'"},
-      {R"({"model": {"family": "llama", "ffn_hidden": 176, "rope_theta": -10000}})", "'model.rope_theta'"},
+      {R"({"model": {"family": "llama", "ffn_hidden": 176, "rope_theta": 0}})",
+       "'model.rope_theta'"},
+      {R"({"model": {"family": "llama", "ffn_hidden": 176, "rope_theta": -10000}})",
+       "'model.rope_theta'"},
       {R"({"model": {"family": "llama", "ffn_hidden": -1}})", "'model.ffn_hidden'"},
       {R"({"train": {"lr": 0}})", "'train.lr'"},
       {R"({"train": {"beta1": 1.0}})", "'train.beta1'"},
@@ -177,10 +183,12 @@ TEST(IoConfig, OutOfRangeValuesAreRejected) {
   };
   for (const Case& c : cases) {
     std::string msg = error_of([&] { config_from(c.json); });
-    EXPECT_NE(msg.find(std::string("field ") + c.field), std::string::npos) << c.json << " -> " << msg;
+    EXPECT_NE(msg.find(std::string("field ") + c.field), std::string::npos)
+        << c.json << " -> " << msg;
     EXPECT_EQ(msg.rfind("config.json: ", 0), 0u) << msg;
   }
-  EXPECT_NE(error_of([] { config_from(R"({"model": {"family": "gpt3"}})"); }).find("gpt2|llama"), std::string::npos);
+  EXPECT_NE(error_of([] { config_from(R"({"model": {"family": "gpt3"}})"); }).find("gpt2|llama"),
+            std::string::npos);
 }
 
 TEST(IoConfig, CrossFieldRulesAreChecked) {
@@ -188,7 +196,8 @@ TEST(IoConfig, CrossFieldRulesAreChecked) {
     const char* json;
     const char* needle;
   } cases[] = {
-      {R"({"model": {"n_embd": 66, "n_head": 4}})", "'model.n_embd': expected a multiple of model.n_head (4)"},
+      {R"({"model": {"n_embd": 66, "n_head": 4}})",
+       "'model.n_embd': expected a multiple of model.n_head (4)"},
       {R"({"model": {"block_size": 32}, "train": {"seq_len": 64}})",
        "'train.seq_len': expected at most model.block_size (32), got 64"},
       {R"({"model": {"vocab_size": 300, "padded_vocab_size": 256}})", "'model.padded_vocab_size'"},
@@ -201,8 +210,10 @@ TEST(IoConfig, CrossFieldRulesAreChecked) {
       {R"({"model": {"family": "llama", "n_embd": 66, "n_head": 4, "ffn_hidden": 176}})",
        "'model.n_embd': expected a multiple of model.n_head (4)"},
       {R"({"model": {"family": "llama"}})", "'model.ffn_hidden': expected the SwiGLU width"},
-      {R"({"model": {"family": "llama", "ffn_hidden": 0}})", "'model.ffn_hidden': expected the SwiGLU width"},
-      {R"({"model": {"family": "gpt2", "rope_theta": 500000.0}})", "'model.rope_theta': expected 10000"},
+      {R"({"model": {"family": "llama", "ffn_hidden": 0}})",
+       "'model.ffn_hidden': expected the SwiGLU width"},
+      {R"({"model": {"family": "gpt2", "rope_theta": 500000.0}})",
+       "'model.rope_theta': expected 10000"},
       {R"({"train": {"lr": 1e-4, "min_lr": 1e-3}})", "'train.min_lr'"},
   };
   for (const Case& c : cases) {
@@ -211,9 +222,11 @@ TEST(IoConfig, CrossFieldRulesAreChecked) {
   }
   // Valid edge cases must pass.
   EXPECT_NO_THROW(config_from(R"({"model": {"block_size": 64}, "train": {"seq_len": 64}})"));
-  EXPECT_NO_THROW(config_from(R"({"model": {"family": "llama", "n_head": 4, "n_kv_head": 1, "ffn_hidden": 176}})"));
+  EXPECT_NO_THROW(config_from(
+      R"({"model": {"family": "llama", "n_head": 4, "n_kv_head": 1, "ffn_hidden": 176}})"));
   EXPECT_NO_THROW(config_from(R"({"model": {"family": "gpt2", "rope_theta": 10000}})"));
-  EXPECT_NO_THROW(config_from(R"({"model": {"vocab_size": 50257, "padded_vocab_size": 50304, "block_size": 64}})"));
+  EXPECT_NO_THROW(config_from(
+      R"({"model": {"vocab_size": 50257, "padded_vocab_size": 50304, "block_size": 64}})"));
   // validate_config works on configs built in code too.
   forge::Config c;
   c.train.seq_len = c.model.block_size + 1;
@@ -222,12 +235,14 @@ TEST(IoConfig, CrossFieldRulesAreChecked) {
   for (double bad : {0.0, -1.0}) {
     forge::Config e;
     e.model.norm_eps = bad;
-    EXPECT_NE(error_of([&] { forge::validate_config(e); }).find("'model.norm_eps'"), std::string::npos);
+    EXPECT_NE(error_of([&] { forge::validate_config(e); }).find("'model.norm_eps'"),
+              std::string::npos);
     forge::Config r;
     r.model.family = "llama";
     r.model.ffn_hidden = 176;
     r.model.rope_theta = bad;
-    EXPECT_NE(error_of([&] { forge::validate_config(r); }).find("'model.rope_theta'"), std::string::npos);
+    EXPECT_NE(error_of([&] { forge::validate_config(r); }).find("'model.rope_theta'"),
+              std::string::npos);
   }
 }
 
@@ -305,8 +320,9 @@ TEST(IoAtomicFile, UnwritableDirectoryIsAnErrorNamingThePath) {
     const std::string path = dir / "file/sub/out.txt";
     std::string msg = error_of([&] { forge::write_text_atomic(path, "x"); });
     EXPECT_NE(msg.find(path), std::string::npos) << msg;
-    EXPECT_NE(error_of([&] { forge::ensure_writable_dir(dir / "file/sub"); }).find(dir / "file/sub"),
-              std::string::npos);
+    EXPECT_NE(
+        error_of([&] { forge::ensure_writable_dir(dir / "file/sub"); }).find(dir / "file/sub"),
+        std::string::npos);
     return;
   }
   TempDir dir;
@@ -335,7 +351,8 @@ TEST(IoAtomicFile, ReadTextFileErrorsNameThePath) {
   TempDir dir;
   std::string msg = error_of([&] { forge::read_text_file(dir / "missing.txt"); });
   EXPECT_NE(msg.find("missing.txt"), std::string::npos);
-  EXPECT_NE(error_of([&] { forge::read_text_file(dir.path()); }).find("directory"), std::string::npos);
+  EXPECT_NE(error_of([&] { forge::read_text_file(dir.path()); }).find("directory"),
+            std::string::npos);
 }
 
 // ---------------------------------------------------------------- safetensors
@@ -359,7 +376,8 @@ TEST(IoSafetensors, RoundTripOfMixedDtypesAndAwkwardShapes) {
   auto a = random_floats(7 * 13, 1);
   std::vector<int64_t> b = {-5, 0, 1ll << 40};
   std::vector<uint16_t> c = {1, 65535, 3};
-  std::vector<uint8_t> d = {1, 2, 3, 4, 5};  // 5 bytes: later tensors become unaligned in the data section
+  std::vector<uint8_t> d = {1, 2, 3, 4,
+                            5};  // 5 bytes: later tensors become unaligned in the data section
   auto e = random_floats(3, 2);
   forge::SafetensorsWriter w;
   w.add_f32("layer.weight", {7, 13}, a.data());
@@ -372,7 +390,8 @@ TEST(IoSafetensors, RoundTripOfMixedDtypesAndAwkwardShapes) {
   w.write(path);
 
   forge::SafetensorsFile f(path);
-  EXPECT_EQ(f.names(), (std::vector<std::string>{"after_odd", "bytes", "ints", "layer.weight", "scalar_empty", "u16"}));
+  EXPECT_EQ(f.names(), (std::vector<std::string>{"after_odd", "bytes", "ints", "layer.weight",
+                                                 "scalar_empty", "u16"}));
   EXPECT_EQ(f.metadata().at("format"), "pt");
   std::vector<float> a2(a.size());
   f.read_f32("layer.weight", {7, 13}, a2.data());
@@ -407,7 +426,9 @@ TEST(IoSafetensors, ReadF32ChecksDtypeAndShapeAndNamesThem) {
   EXPECT_NE(msg.find(path), std::string::npos);
   EXPECT_NE(msg.find("'w'"), std::string::npos);
   EXPECT_NE(msg.find("expected shape [3, 2], found [2, 3]"), std::string::npos) << msg;
-  EXPECT_NE(error_of([&] { f.read_f32("i", {2}, out.data()); }).find("expected dtype F32, found I32"), std::string::npos);
+  EXPECT_NE(
+      error_of([&] { f.read_f32("i", {2}, out.data()); }).find("expected dtype F32, found I32"),
+      std::string::npos);
   EXPECT_NE(error_of([&] { f.info("nope"); }).find("'nope'"), std::string::npos);
 }
 
@@ -431,19 +452,25 @@ TEST(IoSafetensors, MalformedFilesAreRejectedNamingFileAndTensor) {
       {std::string("\xff\xff\xff\xff\x00\x00\x00\x00", 8) + "{}", "header length"},
       {raw_safetensors("{not json", 0), "malformed safetensors header JSON"},
       {raw_safetensors("[]", 0), "must be a JSON object"},
-      {raw_safetensors(R"({"t": {"dtype": "Q8", "shape": [1], "data_offsets": [0, 1]}})", 1), "unsupported dtype 'Q8'"},
+      {raw_safetensors(R"({"t": {"dtype": "Q8", "shape": [1], "data_offsets": [0, 1]}})", 1),
+       "unsupported dtype 'Q8'"},
       {raw_safetensors(R"({"t": {"dtype": "F32", "shape": [2], "data_offsets": [0, 4]}})", 4),
        "tensor 't': shape [2] of F32 needs 8 bytes but data_offsets span 4"},
-      {raw_safetensors(R"({"t": {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]}})", 4), "outside the data section"},
-      {raw_safetensors(R"({"t": {"dtype": "F32", "shape": [1], "data_offsets": [4, 8]}})", 8), "gap of 4 bytes"},
+      {raw_safetensors(R"({"t": {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]}})", 4),
+       "outside the data section"},
+      {raw_safetensors(R"({"t": {"dtype": "F32", "shape": [1], "data_offsets": [4, 8]}})", 8),
+       "gap of 4 bytes"},
       {raw_safetensors(R"({"a": {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]},
                           "b": {"dtype": "F32", "shape": [1], "data_offsets": [4, 8]}})",
                        8),
        "overlap"},
-      {raw_safetensors(R"({"t": {"dtype": "F32", "shape": [1], "data_offsets": [0, 4]}})", 12), "trailing data"},
-      {raw_safetensors(R"({"t": {"dtype": "F32", "shape": [-1], "data_offsets": [0, 4]}})", 4), "non-negative"},
+      {raw_safetensors(R"({"t": {"dtype": "F32", "shape": [1], "data_offsets": [0, 4]}})", 12),
+       "trailing data"},
+      {raw_safetensors(R"({"t": {"dtype": "F32", "shape": [-1], "data_offsets": [0, 4]}})", 4),
+       "non-negative"},
       {raw_safetensors(R"({"t": {"dtype": "F32", "shape": [1]}})", 4), "data_offsets"},
-      {raw_safetensors(R"({"t": {"dtype": "F32", "shape": [1], "data_offsets": [0, 4], "x": 1}})", 4),
+      {raw_safetensors(R"({"t": {"dtype": "F32", "shape": [1], "data_offsets": [0, 4], "x": 1}})",
+                       4),
        "unknown field 'x'"},
       {raw_safetensors(R"({"__metadata__": {"k": 1}})", 0), "__metadata__"},
   };
@@ -453,7 +480,9 @@ TEST(IoSafetensors, MalformedFilesAreRejectedNamingFileAndTensor) {
     EXPECT_NE(msg.find(path), std::string::npos) << msg;
     EXPECT_NE(msg.find(c.needle), std::string::npos) << "expected '" << c.needle << "' in: " << msg;
   }
-  EXPECT_NE(error_of([&] { forge::SafetensorsFile f(dir / "missing.safetensors"); }).find("missing.safetensors"),
+  EXPECT_NE(error_of([&] {
+              forge::SafetensorsFile f(dir / "missing.safetensors");
+            }).find("missing.safetensors"),
             std::string::npos);
 }
 
@@ -487,7 +516,8 @@ with safe_open(sys.argv[1], framework="numpy") as f:
 print("python-ok")
 )PY",
                                   sum, a[54]));
-  const std::string cmd = venv_python() + " " + script + " " + path + " > " + (dir / "py.log") + " 2>&1";
+  const std::string cmd =
+      venv_python() + " " + script + " " + path + " > " + (dir / "py.log") + " 2>&1";
   int rc = std::system(cmd.c_str());
   EXPECT_EQ(rc, 0) << cmd << "\n" << forge::read_text_file(dir / "py.log");
   EXPECT_NE(forge::read_text_file(dir / "py.log").find("python-ok"), std::string::npos);
@@ -505,7 +535,8 @@ a = (np.arange(3 * 7, dtype=np.float32).reshape(3, 7) * 0.5 - 2.0)
 save_file({"a": a, "half": np.array([1.5, -2.0], dtype=np.float16), "ids": np.array([3, 1, 4, 1, 5], dtype=np.int64),
            "b": np.ones((1,), dtype=np.uint8)}, sys.argv[1], metadata={"format": "np"})
 )PY");
-  const std::string cmd = venv_python() + " " + script + " " + path + " > " + (dir / "py.log") + " 2>&1";
+  const std::string cmd =
+      venv_python() + " " + script + " " + path + " > " + (dir / "py.log") + " 2>&1";
   ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd << "\n" << forge::read_text_file(dir / "py.log");
   forge::SafetensorsFile f(path);
   EXPECT_EQ(f.names(), (std::vector<std::string>{"a", "b", "half", "ids"}));

@@ -57,8 +57,8 @@ TEST(Kernels, EmbeddingForwardBackward) {
   Floats dwte = random_floats(V * C, 5), dwpe = random_floats(T * C, 6);
   Doubles dwte64 = widen(dwte), dwpe64(T * C, 123.0);
   cpu::embedding_backward(dwte.data(), dwpe.data(), dout.data(), tokens.data(), B, T, C);
-  scalar::embedding_backward(dwte64.data(), dwpe64.data(), widen(dout).data(), tokens.data(), B,
-                             T, C);
+  scalar::embedding_backward(dwte64.data(), dwpe64.data(), widen(dout).data(), tokens.data(), B, T,
+                             C);
   EXPECT_LT(rel_l2(dwte, dwte64), kTol);
   EXPECT_LT(rel_l2(dwpe, dwpe64), kTol);
 
@@ -118,8 +118,8 @@ TEST(Kernels, LayerNormBackwardMatchesFiniteDifferences) {
                 b = widen(random_floats(C, 22)), dout = widen(random_floats(N * C, 23));
   auto forward = [&](const Doubles& xx, const Doubles& ww, const Doubles& bb) {
     Doubles out(N * C), mean(N), rstd(N);
-    scalar::layernorm_forward(out.data(), mean.data(), rstd.data(), xx.data(), ww.data(),
-                              bb.data(), N, C, 1e-5);
+    scalar::layernorm_forward(out.data(), mean.data(), rstd.data(), xx.data(), ww.data(), bb.data(),
+                              N, C, 1e-5);
     return out;
   };
   Doubles out(N * C), mean(N), rstd(N), dx(N * C), dw(C), db(C);
@@ -127,15 +127,15 @@ TEST(Kernels, LayerNormBackwardMatchesFiniteDifferences) {
                             C, 1e-5);
   scalar::layernorm_backward(dx.data(), dw.data(), db.data(), dout.data(), x.data(), w.data(),
                              mean.data(), rstd.data(), N, C);
-  EXPECT_LT(rel_l2(dx, numeric_gradient([&](const Doubles& v) { return forward(v, w, b); }, x,
-                                        dout)),
-            kFdTol);
-  EXPECT_LT(rel_l2(dw, numeric_gradient([&](const Doubles& v) { return forward(x, v, b); }, w,
-                                        dout)),
-            kFdTol);
-  EXPECT_LT(rel_l2(db, numeric_gradient([&](const Doubles& v) { return forward(x, w, v); }, b,
-                                        dout)),
-            kFdTol);
+  EXPECT_LT(
+      rel_l2(dx, numeric_gradient([&](const Doubles& v) { return forward(v, w, b); }, x, dout)),
+      kFdTol);
+  EXPECT_LT(
+      rel_l2(dw, numeric_gradient([&](const Doubles& v) { return forward(x, v, b); }, w, dout)),
+      kFdTol);
+  EXPECT_LT(
+      rel_l2(db, numeric_gradient([&](const Doubles& v) { return forward(x, w, v); }, b, dout)),
+      kFdTol);
 }
 
 // --- linear --------------------------------------------------------------------------
@@ -204,8 +204,8 @@ void check_linear_siblings(const std::string& profile, bool back_to_back) {
   shape.stacked_linear_shapes = {{total, IC}};
   nx->plan(shape);
   Floats saved(nx->linear_saved_floats(N, IC, total));
-  nx->linear_forward_siblings({out[0].data(), out[1].data(), out[2].data()}, saved.data(),
-                              x.data(), {&w[offset[0]], &w[offset[1]], &w[offset[2]]},
+  nx->linear_forward_siblings({out[0].data(), out[1].data(), out[2].data()}, saved.data(), x.data(),
+                              {&w[offset[0]], &w[offset[1]], &w[offset[2]]},
                               {widths[0], widths[1], widths[2]}, N, IC);
   nx->linear_backward_siblings(dx.data(), scratch.data(),
                                {&dw[offset[0]], &dw[offset[1]], &dw[offset[2]]},
@@ -354,8 +354,7 @@ void check_attention(int B, int T, int C, int NH, float spread) {
   const Doubles qkv64 = widen(qkv), dout64 = widen(dout);
   Doubles out64(B * T * C), probs(scalar::attention_saved_floats(B, T, NH)), dqkv64(B * T * 3 * C);
   scalar::attention_forward(out64.data(), probs.data(), qkv64.data(), B, T, C, NH);
-  scalar::attention_backward(dqkv64.data(), dout64.data(), qkv64.data(), probs.data(), B, T, C,
-                             NH);
+  scalar::attention_backward(dqkv64.data(), dout64.data(), qkv64.data(), probs.data(), B, T, C, NH);
   EXPECT_LT(rel_l2(got.out, out64), 5e-6);
   EXPECT_LT(rel_l2(got.dqkv, dqkv64), 1e-5);
 }
@@ -466,8 +465,8 @@ void CrossEntropyMatchesFloat64_body() {
   Doubles lse64(N), dlogits64(N * Vp);
   const double loss64 =
       scalar::cross_entropy_forward(lse64.data(), logits64.data(), targets.data(), N, V, Vp);
-  scalar::cross_entropy_backward(dlogits64.data(), logits64.data(), lse64.data(), targets.data(),
-                                 N, V, Vp, 0.5);
+  scalar::cross_entropy_backward(dlogits64.data(), logits64.data(), lse64.data(), targets.data(), N,
+                                 V, Vp, 0.5);
   EXPECT_NEAR(loss, loss64, 1e-6 * loss64);
   EXPECT_LT(rel_l2(lse, lse64), 1e-7);
   EXPECT_LT(rel_l2(dlogits, dlogits64), kTol);

@@ -68,7 +68,8 @@ TEST(LlamaKernels, RmsNormBackwardMatchesFiniteDifferences) {
   };
   Doubles out(N * C), rstd(N), dx(N * C), dw(C);
   scalar::rmsnorm_forward(out.data(), rstd.data(), x.data(), w.data(), N, C, 1e-5);
-  scalar::rmsnorm_backward(dx.data(), dw.data(), dout.data(), x.data(), w.data(), rstd.data(), N, C);
+  scalar::rmsnorm_backward(dx.data(), dw.data(), dout.data(), x.data(), w.data(), rstd.data(), N,
+                           C);
   EXPECT_LT(rel_l2(dx, numeric_gradient([&](const Doubles& v) { return forward(v, w); }, x, dout)),
             kFdTol);
   EXPECT_LT(rel_l2(dw, numeric_gradient([&](const Doubles& v) { return forward(x, v); }, w, dout)),
@@ -203,8 +204,7 @@ void check_gqa(int B, int T, int NH, int KVH, int hd) {
   const size_t nq = size_t(B) * T * NH * hd, nk = size_t(B) * T * KVH * hd;
   const Floats q = random_floats(nq, 80), k = random_floats(nk, 81), v = random_floats(nk, 82),
                dout = random_floats(nq, 83);
-  Floats out(nq), lse(cpu::gqa_attention_saved_floats(s)), dq(nq, 7.0f), dk(nk, 7.0f),
-      dv(nk, 7.0f);
+  Floats out(nq), lse(cpu::gqa_attention_saved_floats(s)), dq(nq, 7.0f), dk(nk, 7.0f), dv(nk, 7.0f);
   cpu::gqa_attention_forward(out.data(), lse.data(), q.data(), k.data(), v.data(), s);
   cpu::gqa_attention_backward(dq.data(), dk.data(), dv.data(), dout.data(), q.data(), k.data(),
                               v.data(), out.data(), lse.data(), s);
@@ -232,8 +232,10 @@ TEST(LlamaKernels, GqaAttentionMatchesFloat64) {
 TEST(LlamaKernels, GqaEqualsMultiHeadAttentionOnRepeatedKvHeads) {
   const int B = 2, T = 9, NH = 6, KVH = 2, hd = 5, rep = NH / KVH, C = NH * hd;
   const GqaShape s{B, T, NH, KVH, hd};
-  const Doubles q = widen(random_floats(B * T * C, 90)), k = widen(random_floats(B * T * KVH * hd, 91)),
-                v = widen(random_floats(B * T * KVH * hd, 92)), dout = widen(random_floats(B * T * C, 93));
+  const Doubles q = widen(random_floats(B * T * C, 90)),
+                k = widen(random_floats(B * T * KVH * hd, 91)),
+                v = widen(random_floats(B * T * KVH * hd, 92)),
+                dout = widen(random_floats(B * T * C, 93));
   Doubles qkv(size_t(B) * T * 3 * C);
   for (int n = 0; n < B * T; ++n)
     for (int h = 0; h < NH; ++h)
@@ -281,12 +283,15 @@ TEST(LlamaKernels, GqaAttentionBackwardMatchesFiniteDifferences) {
   scalar::gqa_attention_forward(out.data(), probs.data(), q.data(), k.data(), v.data(), s);
   scalar::gqa_attention_backward(dq.data(), dk.data(), dv.data(), dout.data(), q.data(), k.data(),
                                  v.data(), probs.data(), s);
-  EXPECT_LT(rel_l2(dq, numeric_gradient([&](const Doubles& x) { return forward(x, k, v); }, q, dout)),
-            kFdTol);
-  EXPECT_LT(rel_l2(dk, numeric_gradient([&](const Doubles& x) { return forward(q, x, v); }, k, dout)),
-            kFdTol);
-  EXPECT_LT(rel_l2(dv, numeric_gradient([&](const Doubles& x) { return forward(q, k, x); }, v, dout)),
-            kFdTol);
+  EXPECT_LT(
+      rel_l2(dq, numeric_gradient([&](const Doubles& x) { return forward(x, k, v); }, q, dout)),
+      kFdTol);
+  EXPECT_LT(
+      rel_l2(dk, numeric_gradient([&](const Doubles& x) { return forward(q, x, v); }, k, dout)),
+      kFdTol);
+  EXPECT_LT(
+      rel_l2(dv, numeric_gradient([&](const Doubles& x) { return forward(q, k, x); }, v, dout)),
+      kFdTol);
 }
 
 // The profile seam: every profile inherits the Llama ops (the defaults call these kernels).

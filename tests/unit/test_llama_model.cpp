@@ -57,13 +57,15 @@ class LlamaFloat64 {
     auto W = [&](const std::string& name) { return p.data() + layout_.find(name).offset; };
     Vec x(N * C);
     for (int n = 0; n < N; ++n)
-      for (int c = 0; c < C; ++c) x[n * C + c] = W("model.embed_tokens.weight")[t_.tokens[n] * C + c];
+      for (int c = 0; c < C; ++c)
+        x[n * C + c] = W("model.embed_tokens.weight")[t_.tokens[n] * C + c];
     auto rmsnorm = [&](const Vec& in, const double* w) {
       Vec out(in.size());
       for (int n = 0; n < N; ++n) {
         double ms = 0;
         for (int c = 0; c < C; ++c) ms += in[n * C + c] * in[n * C + c] / C;
-        for (int c = 0; c < C; ++c) out[n * C + c] = w[c] * in[n * C + c] / std::sqrt(ms + m.norm_eps);
+        for (int c = 0; c < C; ++c)
+          out[n * C + c] = w[c] * in[n * C + c] / std::sqrt(ms + m.norm_eps);
       }
       return out;
     };
@@ -115,7 +117,8 @@ class LlamaFloat64 {
             for (int s = 0; s <= t; ++s) z += (att[s] = std::exp(att[s] - mx));
             for (int s = 0; s <= t; ++s)
               for (int i = 0; i < hd; ++i)
-                y[((b * T + t) * NH + hh) * hd + i] += att[s] / z * v[((b * T + s) * KVH + g) * hd + i];
+                y[((b * T + t) * NH + hh) * hd + i] +=
+                    att[s] / z * v[((b * T + s) * KVH + g) * hd + i];
           }
         }
       auto o = linear(y, NH * hd, W(pre + "self_attn.o_proj.weight"), C);
@@ -123,7 +126,8 @@ class LlamaFloat64 {
       auto h2 = rmsnorm(x, W(pre + "post_attention_layernorm.weight"));
       auto gate = linear(h2, C, W(pre + "mlp.gate_proj.weight"), F);
       auto up = linear(h2, C, W(pre + "mlp.up_proj.weight"), F);
-      for (size_t i = 0; i < gate.size(); ++i) gate[i] = gate[i] / (1.0 + std::exp(-gate[i])) * up[i];
+      for (size_t i = 0; i < gate.size(); ++i)
+        gate[i] = gate[i] / (1.0 + std::exp(-gate[i])) * up[i];
       auto down = linear(gate, F, W(pre + "mlp.down_proj.weight"), C);
       for (int i = 0; i < N * C; ++i) x[i] += down[i];
     }
@@ -223,8 +227,9 @@ TEST(LlamaModel, ParametersHaveHuggingFaceNamesShapesAndInit) {
   EXPECT_NE(model.params()[t.back().offset], model.params()[t[0].offset]);
 
   // BENCHMARKS.md's llama formula: d=128, d_q=128, d_kv=32, f=352, T=16, V=256, L=3.
-  const double fwd = 3 * (2.0 * 128 * (128 + 64) + 2.0 * 128 * 128 + 6.0 * 128 * 352 + 2.0 * 16 * 128) +
-                     2.0 * 128 * 256;
+  const double fwd =
+      3 * (2.0 * 128 * (128 + 64) + 2.0 * 128 * 128 + 6.0 * 128 * 352 + 2.0 * 16 * 128) +
+      2.0 * 128 * 256;
   EXPECT_DOUBLE_EQ(model.train_flops_per_token(16), 3 * fwd);
 }
 

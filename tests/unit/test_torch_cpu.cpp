@@ -29,8 +29,8 @@
 #include "forge/kernels/cpu/torch_cpu_optim.h"
 #include "forge/kernels/cpu/torch_cpu_xent.h"
 #include "forge/numerics/numerics.h"
-#include "torch_cpu_fixtures.h"
 #include "forge/numerics/profiles.h"
+#include "torch_cpu_fixtures.h"
 
 namespace fs = std::filesystem;
 using nlohmann::json;
@@ -58,10 +58,10 @@ TEST_P(TorchCpuOps, Linear) {
     auto x = fx_->f32(c, "x"), w = fx_->f32(c, "w"), dout = fx_->f32(c, "dout");
     std::vector<float> b = bias ? fx_->f32(c, "b") : std::vector<float>{};
     std::vector<float> out(N * OC), dinp(N * IC), dw(OC * IC), db(OC);
-    forge::tcpu::linear_forward(out.data(), x.data(), w.data(), bias ? b.data() : nullptr, N,
-                                IC, OC);
-    forge::tcpu::linear_backward(dinp.data(), dw.data(), bias ? db.data() : nullptr,
-                                 dout.data(), x.data(), w.data(), N, IC, OC);
+    forge::tcpu::linear_forward(out.data(), x.data(), w.data(), bias ? b.data() : nullptr, N, IC,
+                                OC);
+    forge::tcpu::linear_backward(dinp.data(), dw.data(), bias ? db.data() : nullptr, dout.data(),
+                                 x.data(), w.data(), N, IC, OC);
     EXPECT_BITS(out, fx_->f32(c, "out"), "out");
     EXPECT_BITS(dinp, fx_->f32(c, "dinp"), "dinp");
     EXPECT_BITS(dw, fx_->f32(c, "dw"), "dweight");
@@ -114,8 +114,8 @@ TEST_P(TorchCpuOps, Attention) {
     std::vector<float> scratch(forge::tcpu::attention_scratch_floats(B, T, C, NH));
     forge::tcpu::attention_forward(out.data(), probs.data(), qkv.data(), B, T, C, NH,
                                    scratch.data());
-    forge::tcpu::attention_backward(dqkv.data(), dout.data(), qkv.data(), probs.data(), B, T,
-                                    C, NH, scratch.data());
+    forge::tcpu::attention_backward(dqkv.data(), dout.data(), qkv.data(), probs.data(), B, T, C, NH,
+                                    scratch.data());
     EXPECT_BITS(probs, fx_->f32(c, "att"), "softmax probabilities");
     EXPECT_BITS(out, fx_->f32(c, "out"), "out");
     EXPECT_BITS(dqkv, fx_->f32(c, "dqkv"), "dqkv");
@@ -130,8 +130,8 @@ TEST_P(TorchCpuOps, CrossEntropy) {
     auto targets = fx_->i32(c, "targets");
     const float dloss = fx_->f32(c, "dloss")[0];
     std::vector<float> logp(N * V), dlogits(N * Vp, 1.0f);
-    std::vector<float> loss{forge::tcpu::cross_entropy_forward(logp.data(), logits.data(),
-                                                               targets.data(), N, V, Vp)};
+    std::vector<float> loss{
+        forge::tcpu::cross_entropy_forward(logp.data(), logits.data(), targets.data(), N, V, Vp)};
     forge::tcpu::cross_entropy_backward(dlogits.data(), logp.data(), targets.data(), N, V, Vp,
                                         dloss);
     EXPECT_BITS(loss, fx_->f32(c, "loss"), "loss");
@@ -148,8 +148,8 @@ TEST_P(TorchCpuOps, Embedding) {
     std::vector<float> out(B * T * C), dwte = fx_->f32(c, "head_grad"), dwpe(T * C), row(C);
     std::vector<int32_t> ints(forge::tcpu::embedding_backward_scratch_ints(B, T, V));
     forge::tcpu::embedding_forward(out.data(), tokens.data(), wte.data(), wpe.data(), B, T, C);
-    forge::tcpu::embedding_backward(dwte.data(), dwpe.data(), dout.data(), tokens.data(), B, T,
-                                    C, V, ints.data(), row.data());
+    forge::tcpu::embedding_backward(dwte.data(), dwpe.data(), dout.data(), tokens.data(), B, T, C,
+                                    V, ints.data(), row.data());
     EXPECT_BITS(out, fx_->f32(c, "out"), "out");
     EXPECT_BITS(dwte, fx_->f32(c, "dwte"), "dwte");
     EXPECT_BITS(dwpe, fx_->f32(c, "dwpe"), "dwpe");
@@ -181,7 +181,11 @@ TEST_P(TorchCpuOps, Optimizer) {
       grad[i].assign(n, 0.f);
       m[i].assign(n, 0.f);
       v[i].assign(n, 0.f);
-      refs[i] = {param[i].data(), grad[i].data(), m[i].data(), v[i].data(), n,
+      refs[i] = {param[i].data(),
+                 grad[i].data(),
+                 m[i].data(),
+                 v[i].data(),
+                 n,
                  p.at("decay")[i].get<bool>()};
     }
     for (int s = 0; s < steps; ++s) {
@@ -189,8 +193,13 @@ TEST_P(TorchCpuOps, Optimizer) {
         grad[i] = fx_->f32(c, key("s", s, "_g", i));
         refs[i].grad = grad[i].data();
       }
-      forge::OptimizerStep hp{p.at("lrs")[s].get<double>(), p.at("beta1"), p.at("beta2"),
-                              p.at("eps"), p.at("wd"), p.at("max_norm"), s + 1};
+      forge::OptimizerStep hp{p.at("lrs")[s].get<double>(),
+                              p.at("beta1"),
+                              p.at("beta2"),
+                              p.at("eps"),
+                              p.at("wd"),
+                              p.at("max_norm"),
+                              s + 1};
       const double norm = numerics->optimizer_step(refs.data(), count, hp);
       if (hp.max_grad_norm > 0) {
         EXPECT_BITS(std::vector<float>{static_cast<float>(norm)},
@@ -198,20 +207,23 @@ TEST_P(TorchCpuOps, Optimizer) {
                     key("grad norm, step ", s + 1, "", -1));
       }
       for (int i = 0; i < count; ++i) {
-        EXPECT_BITS(grad[i], fx_->f32(c, key("s", s, "_gc", i)), key("clipped grad, step ", s + 1, " tensor ", i));
-        EXPECT_BITS(m[i], fx_->f32(c, key("s", s, "_m", i)), key("exp_avg, step ", s + 1, " tensor ", i));
-        EXPECT_BITS(v[i], fx_->f32(c, key("s", s, "_v", i)), key("exp_avg_sq, step ", s + 1, " tensor ", i));
-        EXPECT_BITS(param[i], fx_->f32(c, key("s", s, "_p", i)), key("param, step ", s + 1, " tensor ", i));
+        EXPECT_BITS(grad[i], fx_->f32(c, key("s", s, "_gc", i)),
+                    key("clipped grad, step ", s + 1, " tensor ", i));
+        EXPECT_BITS(m[i], fx_->f32(c, key("s", s, "_m", i)),
+                    key("exp_avg, step ", s + 1, " tensor ", i));
+        EXPECT_BITS(v[i], fx_->f32(c, key("s", s, "_v", i)),
+                    key("exp_avg_sq, step ", s + 1, " tensor ", i));
+        EXPECT_BITS(param[i], fx_->f32(c, key("s", s, "_p", i)),
+                    key("param, step ", s + 1, " tensor ", i));
       }
     }
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(TorchCpu, TorchCpuOps, ::testing::Values(1, 2),
-                         [](const auto& info) {
-                           std::ostringstream os;  // "t" + to_string trips GCC 12's -Wrestrict
-                           os << 't' << info.param;
-                           return os.str();
-                         });
+INSTANTIATE_TEST_SUITE_P(TorchCpu, TorchCpuOps, ::testing::Values(1, 2), [](const auto& info) {
+  std::ostringstream os;  // "t" + to_string trips GCC 12's -Wrestrict
+  os << 't' << info.param;
+  return os.str();
+});
 
 }  // namespace

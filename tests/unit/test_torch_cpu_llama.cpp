@@ -111,15 +111,14 @@ TEST_P(TorchCpuLlamaOps, SwiGlu) {
 TEST_P(TorchCpuLlamaOps, GqaAttention) {
   for (const auto& c : cases("gqa")) {
     const auto& p = c.at("params");
-    const int64_t B = p.at("B"), T = p.at("T"), NH = p.at("NH"), KVH = p.at("KVH"),
-                  hd = p.at("hd");
+    const int64_t B = p.at("B"), T = p.at("T"), NH = p.at("NH"), KVH = p.at("KVH"), hd = p.at("hd");
     auto q = fx_->f32(c, "q"), k = fx_->f32(c, "k"), v = fx_->f32(c, "v");
     auto dout = fx_->f32(c, "dout");
     std::vector<float> out(q.size()), probs(B * NH * T * T), dq(q.size()), dk(k.size()),
         dv(v.size());
     std::vector<float> scratch(forge::tcpu::gqa_attention_scratch_floats(B, T, NH, hd));
-    forge::tcpu::gqa_attention_forward(out.data(), probs.data(), q.data(), k.data(), v.data(),
-                                       B, T, NH, KVH, hd, scratch.data());
+    forge::tcpu::gqa_attention_forward(out.data(), probs.data(), q.data(), k.data(), v.data(), B, T,
+                                       NH, KVH, hd, scratch.data());
     forge::tcpu::gqa_attention_backward(dq.data(), dk.data(), dv.data(), dout.data(), q.data(),
                                         k.data(), v.data(), probs.data(), B, T, NH, KVH, hd,
                                         scratch.data());
@@ -154,8 +153,8 @@ TEST_P(TorchCpuLlamaOps, ProfileUsesTheKernels) {
     auto dout = fx_->f32(c, "dout");
     std::vector<float> out(q.size()), saved(nx->gqa_attention_saved_floats(B, T, NH, KVH, hd));
     std::vector<float> dq(q.size()), dk(k.size()), dv(v.size());
-    nx->gqa_attention_forward(out.data(), saved.data(), q.data(), k.data(), v.data(), B, T, NH,
-                              KVH, hd);
+    nx->gqa_attention_forward(out.data(), saved.data(), q.data(), k.data(), v.data(), B, T, NH, KVH,
+                              hd);
     nx->gqa_attention_backward(dq.data(), dk.data(), dv.data(), dout.data(), q.data(), k.data(),
                                v.data(), out.data(), saved.data(), B, T, NH, KVH, hd);
     EXPECT_BITS(out, fx_->f32(c, "out"), "profile out");
@@ -199,8 +198,8 @@ TEST(TorchCpuLlamaScalar, RmsNormMatchesFloat64) {
     std::vector<float> out(N * C), rstd(N), dx(N * C), dw(C);
     std::vector<float> scratch(forge::tcpu::rmsnorm_backward_scratch(N, C));
     forge::tcpu::rmsnorm_forward(out.data(), rstd.data(), x.data(), w.data(), N, C, 1e-5f);
-    forge::tcpu::rmsnorm_backward(dx.data(), dw.data(), dy.data(), x.data(), w.data(),
-                                  rstd.data(), dres.data(), N, C, scratch.data());
+    forge::tcpu::rmsnorm_backward(dx.data(), dw.data(), dy.data(), x.data(), w.data(), rstd.data(),
+                                  dres.data(), N, C, scratch.data());
     std::vector<double> out64(N * C), rstd64(N), dx64(N * C), dw64(C);
     const auto x64 = widen(x), w64 = widen(w), dy64 = widen(dy);
     sc::rmsnorm_forward(out64.data(), rstd64.data(), x64.data(), w64.data(), N, C, 1e-5);
@@ -269,7 +268,9 @@ TEST(TorchCpuLlamaScalar, SwiGluMatchesFloat64) {
 
 TEST(TorchCpuLlamaScalar, GqaAttentionMatchesFloat64) {
   namespace sc = forge::kernels::scalar;
-  struct Shape { int B, T, NH, KVH, hd; };
+  struct Shape {
+    int B, T, NH, KVH, hd;
+  };
   for (const Shape s : {Shape{2, 5, 4, 2, 6}, Shape{1, 33, 4, 1, 12}, Shape{2, 40, 8, 2, 16},
                         Shape{1, 70, 6, 3, 10}}) {
     SCOPED_TRACE(s.T);
@@ -277,17 +278,16 @@ TEST(TorchCpuLlamaScalar, GqaAttentionMatchesFloat64) {
     auto q = randn(nq, 10), k = randn(nk, 11), v = randn(nk, 12), dy = randn(nq, 13);
     std::vector<float> out(nq), probs(size_t(s.B) * s.NH * s.T * s.T), dq(nq), dk(nk), dv(nk);
     std::vector<float> scratch(forge::tcpu::gqa_attention_scratch_floats(s.B, s.T, s.NH, s.hd));
-    forge::tcpu::gqa_attention_forward(out.data(), probs.data(), q.data(), k.data(), v.data(),
-                                       s.B, s.T, s.NH, s.KVH, s.hd, scratch.data());
+    forge::tcpu::gqa_attention_forward(out.data(), probs.data(), q.data(), k.data(), v.data(), s.B,
+                                       s.T, s.NH, s.KVH, s.hd, scratch.data());
     forge::tcpu::gqa_attention_backward(dq.data(), dk.data(), dv.data(), dy.data(), q.data(),
                                         k.data(), v.data(), probs.data(), s.B, s.T, s.NH, s.KVH,
                                         s.hd, scratch.data());
     const forge::kernels::GqaShape gs{s.B, s.T, s.NH, s.KVH, s.hd};
-    std::vector<double> out64(nq), probs64(sc::gqa_attention_saved_floats(gs)), dq64(nq),
-        dk64(nk), dv64(nk);
+    std::vector<double> out64(nq), probs64(sc::gqa_attention_saved_floats(gs)), dq64(nq), dk64(nk),
+        dv64(nk);
     const auto q64 = widen(q), k64 = widen(k), v64 = widen(v), dy64 = widen(dy);
-    sc::gqa_attention_forward(out64.data(), probs64.data(), q64.data(), k64.data(), v64.data(),
-                              gs);
+    sc::gqa_attention_forward(out64.data(), probs64.data(), q64.data(), k64.data(), v64.data(), gs);
     sc::gqa_attention_backward(dq64.data(), dk64.data(), dv64.data(), dy64.data(), q64.data(),
                                k64.data(), v64.data(), probs64.data(), gs);
     EXPECT_LT(rel_l2(out, out64), kTol);

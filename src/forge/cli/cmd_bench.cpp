@@ -11,9 +11,8 @@
 #include <ctime>
 #include <filesystem>
 #include <fstream>
-#include <sstream>
-
 #include <nlohmann/json.hpp>
+#include <sstream>
 
 #include "forge/cli/commands.h"
 #include "forge/core/error.h"
@@ -94,8 +93,7 @@ struct Ratio {
 };
 Ratio speed_ratio(const Side& engine, const Side& ref) {
   const double tokens = static_cast<double>(engine.tokens_per_step) / ref.tokens_per_step;
-  return {engine.tokens_per_s() / ref.tokens_per_s(),
-          tokens * ref.quartile(1) / engine.quartile(3),
+  return {engine.tokens_per_s() / ref.tokens_per_s(), tokens * ref.quartile(1) / engine.quartile(3),
           tokens * ref.quartile(3) / engine.quartile(1)};
 }
 
@@ -105,9 +103,10 @@ std::string ratio_line(const std::string& prof, const std::string& ref_name, con
                         : r.high < 1 ? "forge is slower across the quartiles"
                                      : "the quartiles overlap: more `--rounds` are needed to "
                                        "say which is faster";
-  return fmt::format("\n`{}` against the fastest reference ({}): {:.2f}x; {:.2f}-{:.2f}x "
-                     "between the steps' quartiles: {}.\n",
-                     prof, ref_name, r.median, r.low, r.high, verdict);
+  return fmt::format(
+      "\n`{}` against the fastest reference ({}): {:.2f}x; {:.2f}-{:.2f}x "
+      "between the steps' quartiles: {}.\n",
+      prof, ref_name, r.median, r.low, r.high, verdict);
 }
 
 std::string cpu_model() {
@@ -127,10 +126,14 @@ int engine_only(const BenchOptions& o) {
   // cores the children need (every side measured 2.5x slower).
   const Peak peak = measure_peak(nthreads, 0.5);
   EngineTiming t = time_engine_steps(cfg, o.engine_only, o.warmup, o.steps, o.breakdown);
-  nlohmann::json j{{"side", "forge " + o.engine_only}, {"step_seconds", t.step_seconds},
-                   {"tokens_per_step", t.tokens_per_step}, {"peak_rss_bytes", t.peak_rss_bytes},
-                   {"flops_per_token", t.flops_per_token}, {"op_seconds", t.op_seconds},
-                   {"peak_fp32_flops", peak.fp32_flops}, {"peak_bf16_flops", peak.bf16_flops},
+  nlohmann::json j{{"side", "forge " + o.engine_only},
+                   {"step_seconds", t.step_seconds},
+                   {"tokens_per_step", t.tokens_per_step},
+                   {"peak_rss_bytes", t.peak_rss_bytes},
+                   {"flops_per_token", t.flops_per_token},
+                   {"op_seconds", t.op_seconds},
+                   {"peak_fp32_flops", peak.fp32_flops},
+                   {"peak_bf16_flops", peak.bf16_flops},
                    {"arithmetic", t.arithmetic}};
   fmt::print("{}\n", j.dump());
   return 0;
@@ -165,8 +168,8 @@ void run_bench(const BenchOptions& o) {
   // Each engine run measures the machine's peak before its steps; the highest reading of
   // the run counts (a peak is what the cores can do, and a reading only loses to noise).
   Peak peak;
-  std::string env = fmt::format("OMP_NUM_THREADS={} PYTHONPATH={}/reference", nthreads,
-                                root.string());
+  std::string env =
+      fmt::format("OMP_NUM_THREADS={} PYTHONPATH={}/reference", nthreads, root.string());
   for (const auto& [name, value] : torch_malloc_tuning()) env += fmt::format(" {}={}", name, value);
   const std::string common = fmt::format("--config {} --warmup {} --steps {} --threads {}",
                                          o.config, o.warmup, o.steps, nthreads);
@@ -210,12 +213,16 @@ void run_bench(const BenchOptions& o) {
   char date[32];
   const std::time_t now = std::time(nullptr);
   std::strftime(date, sizeof date, "%Y-%m-%d", std::gmtime(&now));
-  nlohmann::json report{{"date", date},         {"cpu", cpu_model()},
-                        {"threads", nthreads},  {"config", o.config},
+  nlohmann::json report{{"date", date},
+                        {"cpu", cpu_model()},
+                        {"threads", nthreads},
+                        {"config", o.config},
                         {"peak_fp32_flops", peak.fp32_flops},
                         {"peak_bf16_flops", peak.bf16_flops},
                         {"flops_per_token", flops_per_token},
-                        {"warmup", o.warmup},   {"steps", o.steps}, {"rounds", o.rounds}};
+                        {"warmup", o.warmup},
+                        {"steps", o.steps},
+                        {"rounds", o.rounds}};
   auto describe = [&](const Side& s) {
     const double tps = s.tokens_per_s();
     return nlohmann::json{{"tokens_per_s", tps},
@@ -228,7 +235,8 @@ void run_bench(const BenchOptions& o) {
   std::string md = fmt::format(
       "`forge bench --config {} --profiles {} --reference {}` on {}, {} threads, {} "
       "(fp32 peak measured {:.1f} GFLOP/s; median of {} steps x {} rounds after {} warm-up)\n\n"
-      "| profile | side | tokens/s | step ms (median, min-max) | MFU | peak RSS MiB | forge / side |\n"
+      "| profile | side | tokens/s | step ms (median, min-max) | MFU | peak RSS MiB | forge / side "
+      "|\n"
       "| --- | --- | ---: | ---: | ---: | ---: | ---: |\n",
       o.config, o.profiles, o.reference, cpu_model(), nthreads, date, peak.fp32_flops / 1e9,
       o.steps, o.rounds, o.warmup);
@@ -268,8 +276,10 @@ void run_bench(const BenchOptions& o) {
   md += "\n";
   if (o.breakdown) {
     for (const auto& prof : profiles) {
-      md += fmt::format("\nWhere a `{}` step's time goes (forge, per step):\n\n| op | ms | share |\n"
-                        "| --- | ---: | ---: |\n", prof);
+      md += fmt::format(
+          "\nWhere a `{}` step's time goes (forge, per step):\n\n| op | ms | share |\n"
+          "| --- | ---: | ---: |\n",
+          prof);
       double total = 0;
       std::vector<std::pair<double, std::string>> ops;
       for (auto& [op, secs] : breakdown[prof].items()) {
@@ -295,8 +305,10 @@ void register_bench(CLI::App& app) {
   cmd->add_option("--profiles", o->profiles, "comma-separated numerics profiles (fast,bf16)");
   cmd->add_option("--reference", o->reference, "torch | none");
   cmd->add_option("--modes", o->modes, "reference modes: eager,compile");
-  cmd->add_option("--warmup", o->warmup, "warm-up steps per measurement")->check(CLI::Range(1, 100));
-  cmd->add_option("--steps", o->steps, "timed steps per measurement (median taken)")->check(CLI::Range(5, 1000));
+  cmd->add_option("--warmup", o->warmup, "warm-up steps per measurement")
+      ->check(CLI::Range(1, 100));
+  cmd->add_option("--steps", o->steps, "timed steps per measurement (median taken)")
+      ->check(CLI::Range(5, 1000));
   cmd->add_option("--rounds", o->rounds, "interleaved rounds")->check(CLI::Range(1, 100));
   cmd->add_option("--threads", o->threads, "threads for both sides (default: the config's)");
   cmd->add_option("--json", o->json_out, "write the report as JSON");

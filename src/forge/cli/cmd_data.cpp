@@ -9,9 +9,11 @@ void register_data(CLI::App& app) {
   auto* data = app.add_subcommand("data", "data preparation");
   data->require_subcommand(1);
   auto o = std::make_shared<PrepareOptions>();
-  auto* prep = data->add_subcommand("prepare", "text (.txt, .jsonl, folders) -> train/val token shards");
+  auto* prep =
+      data->add_subcommand("prepare", "text (.txt, .jsonl, folders) -> train/val token shards");
   prep->add_option("--tokenizer", o->tokenizer, "bytes | gpt2");
-  prep->add_option("--vocab-dir", o->tokenizer_options.vocab_dir, "folder with encoder.json and vocab.bpe (gpt2)");
+  prep->add_option("--vocab-dir", o->tokenizer_options.vocab_dir,
+                   "folder with encoder.json and vocab.bpe (gpt2)");
   prep->add_option("--out", o->out_dir, "output folder for train.bin and val.bin")->required();
   prep->add_option("--val-fraction", o->val_fraction, "share of documents for validation")
       ->check(CLI::Range(0.0, 0.5));

@@ -3,7 +3,6 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
-
 #include <nlohmann/json.hpp>
 
 #include "forge/cli/commands.h"
@@ -18,7 +17,9 @@ namespace forge::cli {
 
 namespace {
 // Byte-level vocabularies use the byte tokenizer; anything larger is GPT-2 BPE.
-std::string default_tokenizer(const ModelConfig& m) { return m.vocab_size <= 256 ? "bytes" : "gpt2"; }
+std::string default_tokenizer(const ModelConfig& m) {
+  return m.vocab_size <= 256 ? "bytes" : "gpt2";
+}
 }  // namespace
 
 void register_eval(CLI::App& app) {
@@ -35,7 +36,8 @@ void register_eval(CLI::App& app) {
       ->required();
   cmd->add_option("--config", o->config, "config JSON (default: the checkpoint's own)");
   cmd->add_option("--data", o->data, "token shard to evaluate on (default: the config's data.val)");
-  cmd->add_option("--batches", o->batches, "micro-batches to evaluate (default: train.eval_batches)");
+  cmd->add_option("--batches", o->batches,
+                  "micro-batches to evaluate (default: train.eval_batches)");
   cmd->add_option("--threads", o->threads, "threads (default: all cores)");
   cmd->add_flag("--json", o->json, "print one JSON object instead of text");
   cmd->add_option("--dump-logits", o->dump_logits,
@@ -53,8 +55,11 @@ void register_eval(CLI::App& app) {
             : verify::dump_logits(*lm.model, data, c.train.batch_size, c.train.seq_len, batches,
                                   o->dump_logits);
     if (o->json)
-      fmt::print("{}\n", nlohmann::json{{"val_loss", loss}, {"perplexity", std::exp(loss)},
-                                         {"data", data}, {"batches", batches}}.dump());
+      fmt::print("{}\n", nlohmann::json{{"val_loss", loss},
+                                        {"perplexity", std::exp(loss)},
+                                        {"data", data},
+                                        {"batches", batches}}
+                             .dump());
     else
       fmt::print("val loss {:.4f} | perplexity {:.3f} | {} ({} batches)\n", loss, std::exp(loss),
                  data, batches);
@@ -68,15 +73,19 @@ void register_sample(CLI::App& app) {
     int threads = 0;
   };
   auto o = std::make_shared<Opts>();
-  auto* cmd = app.add_subcommand("sample", "generate text from a checkpoint, streamed as it is made");
+  auto* cmd =
+      app.add_subcommand("sample", "generate text from a checkpoint, streamed as it is made");
   cmd->add_option("--checkpoint", o->checkpoint,
                   "checkpoint directory, or a run's OUT/checkpoints/latest or OUT")
       ->required();
   cmd->add_option("--config", o->config, "config JSON (default: the checkpoint's own)");
   cmd->add_option("--prompt", o->prompt, "text to continue");
-  cmd->add_option("--tokens", o->s.max_new_tokens, "tokens to generate")->check(CLI::PositiveNumber);
-  cmd->add_option("--temperature", o->s.temperature, "softmax temperature (0 = greedy)")->check(CLI::NonNegativeNumber);
-  cmd->add_option("--top-k", o->s.top_k, "sample among the k most likely tokens (0 = all)")->check(CLI::NonNegativeNumber);
+  cmd->add_option("--tokens", o->s.max_new_tokens, "tokens to generate")
+      ->check(CLI::PositiveNumber);
+  cmd->add_option("--temperature", o->s.temperature, "softmax temperature (0 = greedy)")
+      ->check(CLI::NonNegativeNumber);
+  cmd->add_option("--top-k", o->s.top_k, "sample among the k most likely tokens (0 = all)")
+      ->check(CLI::NonNegativeNumber);
   cmd->add_option("--seed", o->s.seed, "random seed");
   cmd->add_option("--tokenizer", o->tokenizer, "bytes | gpt2 (default: from the vocabulary size)");
   cmd->add_option("--vocab-dir", o->vocab_dir, "folder with encoder.json and vocab.bpe (gpt2)");
@@ -85,7 +94,8 @@ void register_sample(CLI::App& app) {
   cmd->callback([o] {
     set_thread_count(o->threads);
     LoadedModel lm = load_trained_model(o->checkpoint, o->config, 1, 0);
-    const std::string tok_name = o->tokenizer.empty() ? default_tokenizer(lm.config.model) : o->tokenizer;
+    const std::string tok_name =
+        o->tokenizer.empty() ? default_tokenizer(lm.config.model) : o->tokenizer;
     auto tok = make_tokenizer(tok_name, TokenizerOptions{o->vocab_dir});
     std::vector<int32_t> prompt;
     for (uint32_t t : tok->encode(o->prompt)) prompt.push_back(static_cast<int32_t>(t));
@@ -99,7 +109,8 @@ void register_sample(CLI::App& app) {
       fmt::print("{}", tok->decode(std::span<const uint32_t>(&id, 1)));
       std::fflush(stdout);
     });
-    const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    const double secs =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     fmt::print(stderr, "\n[{} tokens in {:.2f} s, {:.1f} tokens/s]\n", o->s.max_new_tokens, secs,
                o->s.max_new_tokens / secs);
   });

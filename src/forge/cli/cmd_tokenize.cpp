@@ -13,7 +13,8 @@ void register_tokenize(CLI::App& app) {
     std::vector<std::string> files;
   };
   auto o = std::make_shared<Opts>();
-  auto* tok = app.add_subcommand("tokenize", "print the token ids of a file (or stdin) on one line");
+  auto* tok =
+      app.add_subcommand("tokenize", "print the token ids of a file (or stdin) on one line");
   tok->add_option("--tokenizer", o->tokenizer, "gpt2 | bytes");
   tok->add_option("--vocab-dir", o->vocab_dir, "folder with encoder.json and vocab.bpe (gpt2)");
   tok->add_option("file", o->file, "text file (default: stdin)");

@@ -22,16 +22,18 @@ void register_train(CLI::App& app) {
   cmd->add_option("--numerics", opt->numerics,
                   fmt::format("numerics profile: {}", fmt::join(numerics_profiles(), " | ")));
   cmd->add_option("--dump", opt->dump_dir, "write equivalence dumps into this directory");
-  cmd->add_option("--dump-level", opt->dump_level, "1: loss, grads, params per step; 2: + activations")
+  cmd->add_option("--dump-level", opt->dump_level,
+                  "1: loss, grads, params per step; 2: + activations")
       ->check(CLI::Range(1, 2));
   cmd->add_option("--dump-act-steps", *act_steps, "steps with level-2 activations, e.g. 1,8");
   cmd->add_option("--steps", opt->steps, "override train.steps (also the schedule's length)");
   cmd->add_option("--stop-after", opt->stop_after, "stop with a checkpoint after this many steps");
   cmd->add_option("--out-dir", opt->out_dir, "override out_dir");
   cmd->add_flag("--quiet", opt->quiet, "no per-step lines (metrics.jsonl is still written)");
-  cmd->add_option("--dp-sharding", opt->dp_sharding,
-                  "data parallel: none (every rank keeps the whole AdamW state) or zero1 (each of N "
-                  "ranks keeps 1/N); default: FORGE_DP_SHARDING, else none")
+  cmd->add_option(
+         "--dp-sharding", opt->dp_sharding,
+         "data parallel: none (every rank keeps the whole AdamW state) or zero1 (each of N "
+         "ranks keeps 1/N); default: FORGE_DP_SHARDING, else none")
       ->check(CLI::IsMember({"none", "zero1"}));
   cmd->callback([opt, act_steps] {
     if (!act_steps->empty()) {

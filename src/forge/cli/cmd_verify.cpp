@@ -21,11 +21,13 @@ void register_verify(CLI::App& app) {
       ->check(CLI::IsMember(numerics_profiles()));
   cmd->add_option("--config", o->config, "config JSON read by both sides")->required();
   cmd->add_option("--out", o->out_dir, "report folder (default runs/verify/<gate>-<profile>)");
-  cmd->add_option("--steps", o->steps, "override the gate's step count")->check(CLI::PositiveNumber);
+  cmd->add_option("--steps", o->steps, "override the gate's step count")
+      ->check(CLI::PositiveNumber);
   cmd->add_option("--threads", o->threads, "threads on both sides (default: train.threads)")
       ->check(CLI::NonNegativeNumber);
-  cmd->add_option("--python", o->python,
-                  "reference interpreter (default: .venv/bin/python; /usr/bin/python3 for torch-cpu)");
+  cmd->add_option(
+      "--python", o->python,
+      "reference interpreter (default: .venv/bin/python; /usr/bin/python3 for torch-cpu)");
   cmd->add_option("--source-dir", o->source_dir,
                   "checkout holding reference/ (default: found above the binary or the cwd)");
   cmd->add_flag(

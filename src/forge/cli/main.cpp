@@ -10,7 +10,8 @@
 #include "forge/core/error.h"
 
 int main(int argc, char** argv) {
-  CLI::App app{"forge: a C++ training engine for decoder-only language models, proven against PyTorch"};
+  CLI::App app{
+      "forge: a C++ training engine for decoder-only language models, proven against PyTorch"};
   app.require_subcommand(1);
   forge::cli::register_train(app);
   forge::cli::register_eval(app);

@@ -23,8 +23,9 @@ template <typename... Args>
 }  // namespace forge
 
 // Internal invariants (not user input): still an exception, never abort().
-#define FORGE_CHECK(cond, ...)                                                        \
-  do {                                                                                \
-    if (!(cond)) ::forge::fail("internal check failed at {}:{}: {}", __FILE__, __LINE__, \
-                               fmt::format(__VA_ARGS__));                             \
+#define FORGE_CHECK(cond, ...)                                                \
+  do {                                                                        \
+    if (!(cond))                                                              \
+      ::forge::fail("internal check failed at {}:{}: {}", __FILE__, __LINE__, \
+                    fmt::format(__VA_ARGS__));                                \
   } while (0)

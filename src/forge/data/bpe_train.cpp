@@ -141,8 +141,8 @@ BpeVocabulary train_bpe(const std::vector<std::string>& texts, int vocab_size) {
 }
 
 void write_gpt2_vocabulary(const BpeVocabulary& vocab, const std::string& out_dir) {
-  FORGE_CHECK(vocab.token_bytes.size() == 256 + vocab.merges.size(), "vocabulary of {} tokens, {} merges",
-              vocab.token_bytes.size(), vocab.merges.size());
+  FORGE_CHECK(vocab.token_bytes.size() == 256 + vocab.merges.size(),
+              "vocabulary of {} tokens, {} merges", vocab.token_bytes.size(), vocab.merges.size());
   ensure_writable_dir(out_dir);
   nlohmann::ordered_json enc = nlohmann::ordered_json::object();  // in id order, as GPT-2's file
   for (size_t id = 0; id < vocab.token_bytes.size(); ++id)
@@ -173,9 +173,11 @@ void run_tokenizer_train(int vocab_size, const std::vector<std::string>& files,
   const BpeVocabulary vocab = train_bpe(texts, vocab_size);
   write_gpt2_vocabulary(vocab, out_dir);
   const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  std::printf("learned %zu merges (vocabulary %zu with <|endoftext|>) from %zu bytes in %.2f s -> %s/encoder.json, %s/vocab.bpe\n",
-              vocab.merges.size(), vocab.token_bytes.size() + 1, bytes, s, out_dir.c_str(),
-              out_dir.c_str());
+  std::printf(
+      "learned %zu merges (vocabulary %zu with <|endoftext|>) from %zu bytes in %.2f s -> "
+      "%s/encoder.json, %s/vocab.bpe\n",
+      vocab.merges.size(), vocab.token_bytes.size() + 1, bytes, s, out_dir.c_str(),
+      out_dir.c_str());
   if (static_cast<int>(vocab.token_bytes.size()) + 1 < vocab_size)
     std::printf("note: the text ran out of pairs before --vocab-size %d\n", vocab_size);
 }

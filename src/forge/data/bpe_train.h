@@ -18,8 +18,8 @@
 namespace forge {
 
 struct BpeVocabulary {
-  std::vector<std::string> token_bytes;                        // id -> bytes, no special token
-  std::vector<std::pair<uint32_t, uint32_t>> merges;           // merge k makes token 256 + k
+  std::vector<std::string> token_bytes;               // id -> bytes, no special token
+  std::vector<std::pair<uint32_t, uint32_t>> merges;  // merge k makes token 256 + k
 };
 
 // Learns vocab_size - 257 merges (256 byte tokens and <|endoftext|> make up the rest) from the

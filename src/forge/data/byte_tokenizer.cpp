@@ -13,7 +13,8 @@ std::vector<uint32_t> ByteTokenizer::encode(std::string_view text) const {
 std::string ByteTokenizer::decode(std::span<const uint32_t> ids) const {
   std::string out(ids.size(), '\0');
   for (size_t i = 0; i < ids.size(); ++i) {
-    if (ids[i] >= kVocabSize) fail("bytes tokenizer: token {} at index {} is not a byte (expected < 256)", ids[i], i);
+    if (ids[i] >= kVocabSize)
+      fail("bytes tokenizer: token {} at index {} is not a byte (expected < 256)", ids[i], i);
     out[i] = static_cast<char>(ids[i]);
   }
   return out;

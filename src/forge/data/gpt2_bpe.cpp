@@ -168,8 +168,7 @@ struct EncodeState {
   pcre2_match_context* mctx = nullptr;
   pcre2_jit_stack* jit_stack = nullptr;
   // piece bytes -> [offset, offset + len) in arena
-  std::unordered_map<std::string, std::pair<uint32_t, uint32_t>, StringHash, std::equal_to<>>
-      cache;
+  std::unordered_map<std::string, std::pair<uint32_t, uint32_t>, StringHash, std::equal_to<>> cache;
   std::vector<uint32_t> arena;
   std::vector<uint32_t> ids;
   std::vector<int32_t> next, prev;
@@ -178,7 +177,8 @@ struct EncodeState {
     md = pcre2_match_data_create_from_pattern(code, nullptr);
     mctx = pcre2_match_context_create(nullptr);
     jit_stack = pcre2_jit_stack_create(32 * 1024, 64 * 1024 * 1024, nullptr);
-    if (!md || !mctx || !jit_stack) fail("gpt2 tokenizer: out of memory creating PCRE2 match state");
+    if (!md || !mctx || !jit_stack)
+      fail("gpt2 tokenizer: out of memory creating PCRE2 match state");
     pcre2_jit_stack_assign(mctx, nullptr, jit_stack);
   }
   ~EncodeState() {
@@ -281,8 +281,8 @@ void Gpt2Bpe::load(const std::string& encoder_json_path, const std::string& voca
       fail("{}: token \"{}\" (id {}): expected characters of GPT-2's byte-to-unicode map",
            encoder_json_path, key, id);
     if (!bytes_to_id_.emplace(bytes, id).second)
-      fail("{}: token \"{}\" (id {}): its bytes are already another token", encoder_json_path,
-           key, id);
+      fail("{}: token \"{}\" (id {}): its bytes are already another token", encoder_json_path, key,
+           id);
     token_bytes_[id] = bytes;
   }
   if (!have_eot) fail("{}: expected the special token \"{}\"", encoder_json_path, kEndOfText);
@@ -325,7 +325,6 @@ void Gpt2Bpe::load(const std::string& encoder_json_path, const std::string& voca
     ++rank;
   }
   num_merges_ = rank;
-
 }
 
 const std::string& Gpt2Bpe::token_bytes(uint32_t id) const {
@@ -393,7 +392,8 @@ struct Encoder {
       next[i] = next[j];
       if (next[j] != end) prev[next[j]] = i;
       prev[j] = -2;
-      if (prev[i] >= 0 && rank_of(prev[i], &m)) heap.emplace(static_cast<uint32_t>(m >> 32), prev[i]);
+      if (prev[i] >= 0 && rank_of(prev[i], &m))
+        heap.emplace(static_cast<uint32_t>(m >> 32), prev[i]);
       if (next[i] != end && rank_of(i, &m)) heap.emplace(static_cast<uint32_t>(m >> 32), i);
     }
     const size_t before = out.size();
@@ -404,7 +404,8 @@ struct Encoder {
     }
     const auto off = static_cast<uint32_t>(st.arena.size());
     st.arena.insert(st.arena.end(), out.begin() + before, out.end());
-    st.cache.emplace(std::string(piece), std::make_pair(off, static_cast<uint32_t>(out.size() - before)));
+    st.cache.emplace(std::string(piece),
+                     std::make_pair(off, static_cast<uint32_t>(out.size() - before)));
   }
 
   // A run of valid UTF-8, cut by the pattern; piece(view) for each piece in order.
@@ -413,9 +414,10 @@ struct Encoder {
     const auto* subject = reinterpret_cast<PCRE2_SPTR>(s.data());
     size_t off = 0;
     while (off < s.size()) {
-      const int rc = impl.jit ? pcre2_jit_match(impl.code, subject, s.size(), off, 0, st.md, st.mctx)
-                              : pcre2_match(impl.code, subject, s.size(), off, PCRE2_NO_UTF_CHECK,
-                                            st.md, st.mctx);
+      const int rc =
+          impl.jit
+              ? pcre2_jit_match(impl.code, subject, s.size(), off, 0, st.md, st.mctx)
+              : pcre2_match(impl.code, subject, s.size(), off, PCRE2_NO_UTF_CHECK, st.md, st.mctx);
       if (rc == PCRE2_ERROR_NOMATCH) {
         piece(s.substr(off));  // cannot happen with GPT-2's pattern (it covers every character)
         return;
@@ -490,7 +492,8 @@ std::vector<uint32_t> Gpt2Bpe::encode(std::string_view text, bool allow_special)
   size_t pos = 0;
   while (true) {
     const size_t hit = text.find(kEndOfText, pos);
-    e.ordinary(text.substr(pos, hit == std::string_view::npos ? std::string_view::npos : hit - pos), out);
+    e.ordinary(text.substr(pos, hit == std::string_view::npos ? std::string_view::npos : hit - pos),
+               out);
     if (hit == std::string_view::npos) break;
     out.push_back(eot_);
     pos = hit + kEndOfText.size();

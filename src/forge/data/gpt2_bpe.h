@@ -86,7 +86,9 @@ class Gpt2Bpe final : public Tokenizer {
                                                   bool allow_special, int threads = 0) const;
 
   // Steps 2-3 above (no special tokens): the pieces BPE runs on, as views into text.
-  std::vector<std::string_view> pretokenize(std::string_view text) const { return pre_.split(text); }
+  std::vector<std::string_view> pretokenize(std::string_view text) const {
+    return pre_.split(text);
+  }
 
   // Concatenated bytes of the tokens; throws naming the first id that is not in the vocabulary.
   std::string decode_bytes(std::span<const uint32_t> ids) const;
@@ -108,7 +110,7 @@ class Gpt2Bpe final : public Tokenizer {
  private:
   void load(const std::string& encoder_json_path, const std::string& vocab_bpe_path);
 
-  std::vector<std::string> token_bytes_;                 // id -> bytes
+  std::vector<std::string> token_bytes_;                   // id -> bytes
   std::unordered_map<std::string, uint32_t> bytes_to_id_;  // bytes -> id (ordinary tokens)
   uint32_t byte_id_[256] = {};                             // single byte -> id
   // (left id << 32 | right id) -> (rank << 32 | merged id)

@@ -19,7 +19,8 @@ namespace fs = std::filesystem;
 namespace {
 
 bool ends_with(const std::string& s, std::string_view suffix) {
-  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+  return s.size() >= suffix.size() &&
+         s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
 }
 
 struct InputFile {
@@ -36,8 +37,8 @@ std::vector<InputFile> list_inputs(const std::vector<std::string>& inputs) {
     if (ec || !fs::exists(st)) fail("{}: input not found", input);
     if (fs::is_directory(st)) {
       std::vector<std::string> found;
-      for (auto it = fs::recursive_directory_iterator(input, ec); !ec && it != fs::recursive_directory_iterator();
-           it.increment(ec)) {
+      for (auto it = fs::recursive_directory_iterator(input, ec);
+           !ec && it != fs::recursive_directory_iterator(); it.increment(ec)) {
         const std::string p = it->path().string();
         if (!it->is_regular_file(ec)) continue;
         // fortune(6) keeps binary index files (*.dat) and UTF-8 variants (*.u8) beside the text.
@@ -58,7 +59,8 @@ std::vector<InputFile> list_inputs(const std::vector<std::string>& inputs) {
 
 class ProgressBar {
  public:
-  ProgressBar(bool enabled, uint64_t total_bytes) : enabled_(enabled && ::isatty(2)), total_(total_bytes) {}
+  ProgressBar(bool enabled, uint64_t total_bytes)
+      : enabled_(enabled && ::isatty(2)), total_(total_bytes) {}
 
   void update(uint64_t done_bytes, size_t documents, uint64_t tokens, bool force = false) {
     if (!enabled_) return;
@@ -70,8 +72,9 @@ class ProgressBar {
     const int filled = static_cast<int>(frac * kWidth);
     std::string bar(filled, '#');
     bar.append(kWidth - filled, '.');
-    std::fprintf(stderr, "\r[%s] %3d%%  %.1f/%.1f MB  %zu docs  %llu tokens", bar.c_str(), int(frac * 100),
-                 done_bytes / 1e6, total_ / 1e6, documents, static_cast<unsigned long long>(tokens));
+    std::fprintf(stderr, "\r[%s] %3d%%  %.1f/%.1f MB  %zu docs  %llu tokens", bar.c_str(),
+                 int(frac * 100), done_bytes / 1e6, total_ / 1e6, documents,
+                 static_cast<unsigned long long>(tokens));
     std::fflush(stderr);
     drawn_ = true;
   }
@@ -92,8 +95,12 @@ class ProgressBar {
 class Splitter {
  public:
   Splitter(const Tokenizer& tok, double val_fraction, ShardWriter& train, ShardWriter& val)
-      : tok_(tok), eot_(tok.eot_token()), newline_(tok.encode("\n")), val_fraction_(val_fraction),
-        train_{&train}, val_{&val} {
+      : tok_(tok),
+        eot_(tok.eot_token()),
+        newline_(tok.encode("\n")),
+        val_fraction_(val_fraction),
+        train_{&train},
+        val_{&val} {
     every_ = std::max<size_t>(2, static_cast<size_t>(std::llround(1.0 / val_fraction)));
   }
 
@@ -162,7 +169,8 @@ class Splitter {
   size_t documents_ = 0;
 };
 
-void read_jsonl(const std::string& path, const std::string& content, const std::string& field, Splitter& out) {
+void read_jsonl(const std::string& path, const std::string& content, const std::string& field,
+                Splitter& out) {
   size_t line_no = 0;
   size_t pos = 0;
   while (pos < content.size()) {
@@ -181,7 +189,8 @@ void read_jsonl(const std::string& path, const std::string& content, const std::
     if (!j.is_object()) fail("{}:{}: expected a JSON object per line", path, line_no);
     auto it = j.find(field);
     if (it == j.end()) fail("{}:{}: missing field '{}'", path, line_no, field);
-    if (!it->is_string()) fail("{}:{}: field '{}': expected a string, got {}", path, line_no, field, it->type_name());
+    if (!it->is_string())
+      fail("{}:{}: field '{}': expected a string, got {}", path, line_no, field, it->type_name());
     std::string text = it->get<std::string>();
     if (!text.empty()) out.add(std::move(text));
   }
@@ -228,14 +237,17 @@ PrepareResult prepare_data(const PrepareOptions& options, const Tokenizer& token
     }
     ++r.files;
     r.input_bytes += content.size();
-    if (ends_with(f.path, ".jsonl")) read_jsonl(f.path, content, options.text_field, splitter);
-    else if (!content.empty()) splitter.add(std::move(content));
+    if (ends_with(f.path, ".jsonl"))
+      read_jsonl(f.path, content, options.text_field, splitter);
+    else if (!content.empty())
+      splitter.add(std::move(content));
     bar.update(done_bytes, splitter.documents(), splitter.tokens_so_far());
   }
   splitter.finish();
   bar.update(done_bytes, splitter.documents(), splitter.tokens_so_far(), true);
   bar.finish();
-  if (splitter.documents() == 0) fail("data prepare: no documents found in the inputs ({} files read)", r.files);
+  if (splitter.documents() == 0)
+    fail("data prepare: no documents found in the inputs ({} files read)", r.files);
 
   r.documents = splitter.documents();
   r.train_documents = splitter.train().documents;
@@ -246,11 +258,13 @@ PrepareResult prepare_data(const PrepareOptions& options, const Tokenizer& token
   val.finish();
 
   std::fprintf(stderr,
-               "prepared %zu documents from %zu files (%zu skipped) with tokenizer %s: train %llu tokens (%zu docs) "
+               "prepared %zu documents from %zu files (%zu skipped) with tokenizer %s: train %llu "
+               "tokens (%zu docs) "
                "-> %s, val %llu tokens (%zu docs) -> %s\n",
                r.documents, r.files, r.skipped_files, tokenizer.name().c_str(),
-               static_cast<unsigned long long>(r.train_tokens), r.train_documents, r.train_path.c_str(),
-               static_cast<unsigned long long>(r.val_tokens), r.val_documents, r.val_path.c_str());
+               static_cast<unsigned long long>(r.train_tokens), r.train_documents,
+               r.train_path.c_str(), static_cast<unsigned long long>(r.val_tokens), r.val_documents,
+               r.val_path.c_str());
   return r;
 }
 

@@ -32,8 +32,8 @@ struct PrepareOptions {
   TokenizerOptions tokenizer_options;
   std::string out_dir;
   std::vector<std::string> inputs;
-  double val_fraction = 0.1;  // in (0, 0.5]
-  bool progress = true;       // progress bar on stderr (only when stderr is a terminal)
+  double val_fraction = 0.1;        // in (0, 0.5]
+  bool progress = true;             // progress bar on stderr (only when stderr is a terminal)
   std::string text_field = "text";  // the document field of .jsonl lines
 };
 

@@ -22,10 +22,14 @@ constexpr size_t kLlmcHeaderBytes = 256 * sizeof(int32_t);
 
 const char* format_name(ShardFormat f) {
   switch (f) {
-    case ShardFormat::Auto: return "auto";
-    case ShardFormat::Forge: return "forge";
-    case ShardFormat::NanoGPT: return "nanogpt";
-    case ShardFormat::LlmC: return "llmc";
+    case ShardFormat::Auto:
+      return "auto";
+    case ShardFormat::Forge:
+      return "forge";
+    case ShardFormat::NanoGPT:
+      return "nanogpt";
+    case ShardFormat::LlmC:
+      return "llmc";
   }
   return "?";
 }
@@ -47,15 +51,16 @@ ShardFormat parse_shard_format(const std::string& s) {
   fail("shard format: expected one of auto|forge|nanogpt|llmc, got \"{}\"", s);
 }
 
-ShardWriter::ShardWriter(std::string path, uint32_t vocab_size) : path_(std::move(path)), vocab_size_(vocab_size) {
+ShardWriter::ShardWriter(std::string path, uint32_t vocab_size)
+    : path_(std::move(path)), vocab_size_(vocab_size) {
   if (vocab_size_ == 0) fail("{}: shard vocabulary size must be positive", path_);
 }
 
 void ShardWriter::append(const uint32_t* tokens, size_t n) {
   for (size_t i = 0; i < n; ++i)
     if (tokens[i] >= vocab_size_)
-      fail("{}: token {} at index {} is outside the vocabulary of {}", path_, tokens[i], tokens_.size() + i,
-           vocab_size_);
+      fail("{}: token {} at index {} is outside the vocabulary of {}", path_, tokens[i],
+           tokens_.size() + i, vocab_size_);
   tokens_.insert(tokens_.end(), tokens, tokens + n);
 }
 
@@ -72,7 +77,8 @@ void ShardWriter::finish() {
 
   write_file_atomic(path_, [&](std::FILE* f) {
     auto put = [&](const void* p, size_t n) {
-      if (n && std::fwrite(p, 1, n, f) != n) fail("{}: write failed: {}", path_, std::strerror(errno));
+      if (n && std::fwrite(p, 1, n, f) != n)
+        fail("{}: write failed: {}", path_, std::strerror(errno));
     };
     put(header, sizeof header);
     if (bytes_per_token == 4) {
@@ -114,10 +120,17 @@ ShardReader::ShardReader(const std::string& path, ShardFormat format) : path_(pa
     const bool forge_magic = map_size_ >= 8 && std::memcmp(map_, kForgeMagic, 8) == 0;
     const bool llmc_magic = map_size_ >= 4 && load_le<int32_t>(map_) == kLlmcMagic;
     if (format == ShardFormat::Auto) {
-      if (forge_magic) format = ShardFormat::Forge;
-      else if (llmc_magic) format = ShardFormat::LlmC;
-      else if (map_size_ % 2 == 0) format = ShardFormat::NanoGPT;
-      else fail("{}: not a token shard: no forge or llm.c magic and an odd size ({} bytes) for raw uint16 tokens", path, map_size_);
+      if (forge_magic)
+        format = ShardFormat::Forge;
+      else if (llmc_magic)
+        format = ShardFormat::LlmC;
+      else if (map_size_ % 2 == 0)
+        format = ShardFormat::NanoGPT;
+      else
+        fail(
+            "{}: not a token shard: no forge or llm.c magic and an odd size ({} bytes) for raw "
+            "uint16 tokens",
+            path, map_size_);
     }
     format_ = format;
 
@@ -126,24 +139,33 @@ ShardReader::ShardReader(const std::string& path, ShardFormat format) : path_(pa
     switch (format) {
       case ShardFormat::Forge: {
         if (!forge_magic) fail("{}: not a forge token shard (magic \"FRGTOKS\" missing)", path);
-        if (map_size_ < kForgeHeaderBytes) fail("{}: truncated forge shard: {} bytes, header needs {}", path, map_size_, kForgeHeaderBytes);
+        if (map_size_ < kForgeHeaderBytes)
+          fail("{}: truncated forge shard: {} bytes, header needs {}", path, map_size_,
+               kForgeHeaderBytes);
         uint32_t version = load_le<uint32_t>(map_ + 8);
-        if (version != kForgeVersion) fail("{}: forge shard version {} is not supported (expected {})", path, version, kForgeVersion);
+        if (version != kForgeVersion)
+          fail("{}: forge shard version {} is not supported (expected {})", path, version,
+               kForgeVersion);
         bytes_per_token_ = load_le<uint32_t>(map_ + 12);
         if (bytes_per_token_ != 2 && bytes_per_token_ != 4)
           fail("{}: forge shard: bytes per token must be 2 or 4, got {}", path, bytes_per_token_);
         declared = load_le<uint64_t>(map_ + 16);
         uint64_t vocab = load_le<uint64_t>(map_ + 24);
-        if (vocab > UINT32_MAX) fail("{}: forge shard: vocabulary size {} out of range", path, vocab);
+        if (vocab > UINT32_MAX)
+          fail("{}: forge shard: vocabulary size {} out of range", path, vocab);
         vocab_size_ = static_cast<uint32_t>(vocab);
         header_bytes = kForgeHeaderBytes;
         break;
       }
       case ShardFormat::LlmC: {
         if (!llmc_magic) fail("{}: not an llm.c token shard (magic 20240520 missing)", path);
-        if (map_size_ < kLlmcHeaderBytes) fail("{}: truncated llm.c shard: {} bytes, header needs {}", path, map_size_, kLlmcHeaderBytes);
+        if (map_size_ < kLlmcHeaderBytes)
+          fail("{}: truncated llm.c shard: {} bytes, header needs {}", path, map_size_,
+               kLlmcHeaderBytes);
         int32_t version = load_le<int32_t>(map_ + 4);
-        if (version != 1) fail("{}: llm.c shard version {} is not supported (expected 1 = uint16 tokens)", path, version);
+        if (version != 1)
+          fail("{}: llm.c shard version {} is not supported (expected 1 = uint16 tokens)", path,
+               version);
         int32_t n = load_le<int32_t>(map_ + 8);
         if (n < 0) fail("{}: llm.c shard: negative token count {}", path, n);
         declared = static_cast<uint64_t>(n);
@@ -152,23 +174,27 @@ ShardReader::ShardReader(const std::string& path, ShardFormat format) : path_(pa
         break;
       }
       case ShardFormat::NanoGPT: {
-        if (map_size_ % 2 != 0) fail("{}: raw uint16 token file has an odd size ({} bytes)", path, map_size_);
+        if (map_size_ % 2 != 0)
+          fail("{}: raw uint16 token file has an odd size ({} bytes)", path, map_size_);
         bytes_per_token_ = 2;
         declared = map_size_ / 2;
         header_bytes = 0;
         break;
       }
-      case ShardFormat::Auto: break;
+      case ShardFormat::Auto:
+        break;
     }
     const uint64_t available = (map_size_ - header_bytes) / bytes_per_token_;
     if (declared > available)
-      fail("{}: truncated {} shard: header says {} tokens but the file holds {}", path, format_name(format), declared, available);
+      fail("{}: truncated {} shard: header says {} tokens but the file holds {}", path,
+           format_name(format), declared, available);
     if ((map_size_ - header_bytes) != declared * bytes_per_token_)
       fail("{}: {} shard has {} trailing bytes after its {} tokens", path, format_name(format),
            map_size_ - header_bytes - declared * bytes_per_token_, declared);
     count_ = static_cast<size_t>(declared);
     tokens_ = map_ + header_bytes;
-    if (count_ > 0 && bytes_per_token_ == 2) ::madvise(const_cast<uint8_t*>(map_), map_size_, MADV_WILLNEED);
+    if (count_ > 0 && bytes_per_token_ == 2)
+      ::madvise(const_cast<uint8_t*>(map_), map_size_, MADV_WILLNEED);
   } catch (...) {
     if (map_) ::munmap(const_cast<uint8_t*>(map_), map_size_);
     map_ = nullptr;
@@ -182,7 +208,8 @@ ShardReader::~ShardReader() {
 
 uint32_t ShardReader::operator[](size_t i) const {
   if (i >= count_) fail("{}: token index {} out of range ({} tokens)", path_, i, count_);
-  return bytes_per_token_ == 2 ? load_le<uint16_t>(tokens_ + 2 * i) : load_le<uint32_t>(tokens_ + 4 * i);
+  return bytes_per_token_ == 2 ? load_le<uint16_t>(tokens_ + 2 * i)
+                               : load_le<uint32_t>(tokens_ + 4 * i);
 }
 
 void ShardReader::read(size_t start, size_t n, int32_t* dst) const {
@@ -195,7 +222,8 @@ void ShardReader::read(size_t start, size_t n, int32_t* dst) const {
     const uint8_t* p = tokens_ + 4 * start;
     for (size_t i = 0; i < n; ++i) {
       uint32_t t = load_le<uint32_t>(p + 4 * i);
-      if (t > static_cast<uint32_t>(INT32_MAX)) fail("{}: token {} at index {} does not fit int32", path_, t, start + i);
+      if (t > static_cast<uint32_t>(INT32_MAX))
+        fail("{}: token {} at index {} does not fit int32", path_, t, start + i);
       dst[i] = static_cast<int32_t>(t);
     }
   }
@@ -203,9 +231,11 @@ void ShardReader::read(size_t start, size_t n, int32_t* dst) const {
 
 void ShardReader::check_vocab(uint32_t vocab_size) const {
   for (size_t i = 0; i < count_; ++i) {
-    uint32_t t = bytes_per_token_ == 2 ? load_le<uint16_t>(tokens_ + 2 * i) : load_le<uint32_t>(tokens_ + 4 * i);
+    uint32_t t = bytes_per_token_ == 2 ? load_le<uint16_t>(tokens_ + 2 * i)
+                                       : load_le<uint32_t>(tokens_ + 4 * i);
     if (t >= vocab_size)
-      fail("{}: token {} at index {} is not below the model's vocab_size {}", path_, t, i, vocab_size);
+      fail("{}: token {} at index {} is not below the model's vocab_size {}", path_, t, i,
+           vocab_size);
   }
 }
 

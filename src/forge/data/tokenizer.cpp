@@ -6,7 +6,8 @@
 
 namespace forge {
 
-std::unique_ptr<Tokenizer> make_tokenizer(const std::string& name, const TokenizerOptions& options) {
+std::unique_ptr<Tokenizer> make_tokenizer(const std::string& name,
+                                          const TokenizerOptions& options) {
   if (name == "bytes") return std::make_unique<ByteTokenizer>();
   if (name == "gpt2") return std::make_unique<Gpt2Bpe>(options.vocab_dir);
   // New tokenizers register here: one `if (name == ...) return ...;` line each, and their

@@ -16,7 +16,7 @@ namespace forge {
 class Tokenizer {
  public:
   virtual ~Tokenizer() = default;
-  virtual std::string name() const = 0;  // the name make_tokenizer knows it by
+  virtual std::string name() const = 0;     // the name make_tokenizer knows it by
   virtual uint32_t vocab_size() const = 0;  // every id is < vocab_size()
   // The end-of-text token placed before every document, if the vocabulary has one.
   virtual std::optional<uint32_t> eot_token() const = 0;
@@ -32,6 +32,7 @@ struct TokenizerOptions {
 };
 
 // Known names: "bytes". Throws forge::Error listing the known names otherwise.
-std::unique_ptr<Tokenizer> make_tokenizer(const std::string& name, const TokenizerOptions& options = {});
+std::unique_ptr<Tokenizer> make_tokenizer(const std::string& name,
+                                          const TokenizerOptions& options = {});
 
 }  // namespace forge

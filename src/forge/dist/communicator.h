@@ -85,8 +85,7 @@ class Communicator {
   virtual void all_gather_bytes(const void* mine, void* all, size_t bytes) = 0;
   // On rank 0: out := rank 0's n_0 floats, then rank 1's n_1, ... (counts[k] = n_k, the
   // same on every rank). Elsewhere out is not touched (may be null).
-  virtual void gather_to_root(const float* mine, float* out,
-                              const std::vector<size_t>& counts) = 0;
+  virtual void gather_to_root(const float* mine, float* out, const std::vector<size_t>& counts) = 0;
   // Marks the run as failed: on exit the process leaves without the collective shutdown
   // (which would wait for peers that may be gone), so the launcher ends the other ranks.
   virtual void mark_failed() {}

@@ -44,7 +44,11 @@ OptimizerSharding choose_sharding(const std::string& flag) {
 
 DataParallel::DataParallel(Communicator& comm, const ParamLayout& layout,
                            OptimizerSharding sharding, float* params, float* grads, float* micro)
-    : comm_(comm), layout_(layout), sharding_(sharding), params_(params), grads_(grads),
+    : comm_(comm),
+      layout_(layout),
+      sharding_(sharding),
+      params_(params),
+      grads_(grads),
       micro_(micro) {
   plan_buckets(layout);
   size_t scratch = 0;
@@ -71,8 +75,8 @@ DataParallel::DataParallel(Communicator& comm, const ParamLayout& layout,
       const size_t b = std::max(s.begin, p.offset), e = std::min(s.end, p.offset + p.numel);
       if (b >= e) continue;
       const size_t at = packed + (b - s.begin);
-      shard_refs_.push_back({params_ + b, grads_ + b, exp_avg_.data() + at,
-                             exp_avg_sq_.data() + at, e - b, p.decay});
+      shard_refs_.push_back(
+          {params_ + b, grads_ + b, exp_avg_.data() + at, exp_avg_sq_.data() + at, e - b, p.decay});
     }
     packed += s.size();
   }

@@ -117,11 +117,11 @@ class DataParallel {
   int64_t early_starts_ = 0, micro_steps_ = 0;
 
   // Zero1 state
-  std::vector<Span> owned_;          // this rank's ranges of the layout, bucket order
+  std::vector<Span> owned_;  // this rank's ranges of the layout, bucket order
   size_t shard_floats_ = 0;
   std::vector<float> exp_avg_, exp_avg_sq_;
   std::vector<ParamRef> shard_refs_;
-  std::vector<double> rank_sq_;      // per-rank sums of squares (gathered)
+  std::vector<double> rank_sq_;  // per-rank sums of squares (gathered)
 };
 
 // "none" (or "replicated") | "zero1"; throws naming `where` (a flag, a variable) otherwise.

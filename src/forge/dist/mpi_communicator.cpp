@@ -122,7 +122,8 @@ class Mpi final : public Communicator {
     g_term_len = static_cast<size_t>(std::snprintf(
         g_term_line, sizeof(g_term_line),
         "forge: error: rank %d: stopped by the MPI launcher (another rank failed or the job "
-        "was cancelled)\n", rank_));
+        "was cancelled)\n",
+        rank_));
     g_term_len = std::min(g_term_len, sizeof(g_term_line) - 1);
     std::signal(SIGTERM, on_sigterm);
     ops_.reserve(64);
@@ -205,7 +206,8 @@ class Mpi final : public Communicator {
     }
     MPI_Request r;
     check(MPI_Igatherv(mine, rc[rank_], MPI_FLOAT, out, rc.data(), rd.data(), MPI_FLOAT, 0, comm_,
-                       &r), "MPI_Igatherv");
+                       &r),
+          "MPI_Igatherv");
     wait_request(r, "gather");
   }
 
@@ -239,8 +241,10 @@ class Mpi final : public Communicator {
   void check_deadline(Clock::time_point t0, const char* what) const {
     const double waited = std::chrono::duration<double>(Clock::now() - t0).count();
     if (waited > timeout_s_)
-      fail("rank {}: no answer from the other ranks for {:.0f} s during {} (a rank died or "
-           "stalled; FORGE_DIST_TIMEOUT_S sets this limit)", rank_, waited, what);
+      fail(
+          "rank {}: no answer from the other ranks for {:.0f} s during {} (a rank died or "
+          "stalled; FORGE_DIST_TIMEOUT_S sets this limit)",
+          rank_, waited, what);
   }
   void wait_request(MPI_Request& r, const char* what) {
     const auto t0 = Clock::now();
@@ -304,7 +308,8 @@ class Mpi final : public Communicator {
     }
     op.stage = Stage::Exchange;
     check(MPI_Ialltoallv(op.x, op.sc.data(), op.sd.data(), MPI_FLOAT, op.scratch, op.rc.data(),
-                         op.rd.data(), MPI_FLOAT, op.comm, &op.req), "MPI_Ialltoallv");
+                         op.rd.data(), MPI_FLOAT, op.comm, &op.req),
+          "MPI_Ialltoallv");
   }
 
   void start_gather(Op& op) {
@@ -315,7 +320,8 @@ class Mpi final : public Communicator {
     }
     op.stage = Stage::Gather;
     check(MPI_Iallgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, op.acc, op.rc.data(), op.rd.data(),
-                          MPI_FLOAT, op.comm, &op.req), "MPI_Iallgatherv");
+                          MPI_FLOAT, op.comm, &op.req),
+          "MPI_Iallgatherv");
   }
 
   // The ordered sum of the received chunks, rank 0 first.

@@ -91,7 +91,8 @@ bool write_unnamed_then_link(const std::string& path, const std::string& tmp,
   // linkat cannot replace an existing file, so the whole file gets a temporary name and is
   // renamed over the target at once: the only window left is between these two calls.
   const std::string proc = "/proc/self/fd/" + std::to_string(keep);
-  const bool linked = ::linkat(AT_FDCWD, proc.c_str(), AT_FDCWD, tmp.c_str(), AT_SYMLINK_FOLLOW) == 0;
+  const bool linked =
+      ::linkat(AT_FDCWD, proc.c_str(), AT_FDCWD, tmp.c_str(), AT_SYMLINK_FOLLOW) == 0;
   const int link_err = errno;
   ::close(keep);
   if (!linked) {
@@ -146,7 +147,8 @@ void ensure_writable_dir(const std::string& dir) {
   if (ec) fail("{}: cannot create directory: {}", dir, ec.message());
   if (!std::filesystem::is_directory(dir, ec)) fail("{}: exists but is not a directory", dir);
   // access() lies for root and on some mounts, so actually create and remove a file.
-  const std::string probe = (std::filesystem::path(dir) / (".forge_probe." + std::to_string(::getpid()))).string();
+  const std::string probe =
+      (std::filesystem::path(dir) / (".forge_probe." + std::to_string(::getpid()))).string();
   int fd = ::open(probe.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
   if (fd < 0) fail("{}: directory is not writable: {}", dir, errno_text(errno));
   ::close(fd);

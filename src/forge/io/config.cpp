@@ -34,7 +34,9 @@ class Section {
   Section(const json& obj, std::string prefix, const std::string& where)
       : obj_(obj), prefix_(std::move(prefix)), where_(where) {}
 
-  std::string field(const std::string& name) const { return prefix_.empty() ? name : prefix_ + "." + name; }
+  std::string field(const std::string& name) const {
+    return prefix_.empty() ? name : prefix_ + "." + name;
+  }
 
   const json* find(const std::string& name) {
     known_.insert(name);
@@ -42,8 +44,11 @@ class Section {
     return it == obj_.end() ? nullptr : &*it;
   }
 
-  [[noreturn]] void bad(const std::string& name, const std::string& expected, const json& got) const {
-    std::string shown = got.is_string() ? "string " + got.dump() : got.is_number() ? got.dump() : json_type_name(got);
+  [[noreturn]] void bad(const std::string& name, const std::string& expected,
+                        const json& got) const {
+    std::string shown = got.is_string()   ? "string " + got.dump()
+                        : got.is_number() ? got.dump()
+                                          : json_type_name(got);
     fail("{}: field '{}': expected {}, got {}", where_, field(name), expected, shown);
   }
 
@@ -51,8 +56,10 @@ class Section {
   void read_int(const std::string& name, int& dst, long long min_value, const char* expected) {
     const json* v = find(name);
     if (!v) return;
-    if (!v->is_number_integer()) fail("{}: field '{}': expected an integer, got {}", where_, field(name), json_type_name(*v));
-    if (v->is_number_unsigned() && v->get<uint64_t>() > static_cast<uint64_t>(std::numeric_limits<int>::max()))
+    if (!v->is_number_integer())
+      fail("{}: field '{}': expected an integer, got {}", where_, field(name), json_type_name(*v));
+    if (v->is_number_unsigned() &&
+        v->get<uint64_t>() > static_cast<uint64_t>(std::numeric_limits<int>::max()))
       bad(name, expected, *v);
     long long x = v->get<long long>();
     if (x < min_value || x > std::numeric_limits<int>::max()) bad(name, expected, *v);
@@ -62,8 +69,10 @@ class Section {
   void read_u64(const std::string& name, uint64_t& dst) {
     const json* v = find(name);
     if (!v) return;
-    if (!v->is_number_integer()) fail("{}: field '{}': expected an integer, got {}", where_, field(name), json_type_name(*v));
-    if (!v->is_number_unsigned() && v->get<long long>() < 0) bad(name, "a non-negative integer", *v);
+    if (!v->is_number_integer())
+      fail("{}: field '{}': expected an integer, got {}", where_, field(name), json_type_name(*v));
+    if (!v->is_number_unsigned() && v->get<long long>() < 0)
+      bad(name, "a non-negative integer", *v);
     dst = v->get<uint64_t>();
   }
 
@@ -72,7 +81,8 @@ class Section {
   void read_double(const std::string& name, double& dst, Pred ok, const char* expected) {
     const json* v = find(name);
     if (!v) return;
-    if (!v->is_number()) fail("{}: field '{}': expected a number, got {}", where_, field(name), json_type_name(*v));
+    if (!v->is_number())
+      fail("{}: field '{}': expected a number, got {}", where_, field(name), json_type_name(*v));
     double x = v->get<double>();
     if (!std::isfinite(x) || !ok(x)) bad(name, expected, *v);
     dst = x;
@@ -82,7 +92,8 @@ class Section {
                    const std::vector<std::string>& choices = {}) {
     const json* v = find(name);
     if (!v) return;
-    if (!v->is_string()) fail("{}: field '{}': expected a string, got {}", where_, field(name), json_type_name(*v));
+    if (!v->is_string())
+      fail("{}: field '{}': expected a string, got {}", where_, field(name), json_type_name(*v));
     std::string s = v->get<std::string>();
     if (choices.size() > 0) {
       bool found = false;
@@ -99,7 +110,8 @@ class Section {
 
   const json* object(const std::string& name) {
     const json* v = find(name);
-    if (v && !v->is_object()) fail("{}: field '{}': expected an object, got {}", where_, field(name), json_type_name(*v));
+    if (v && !v->is_object())
+      fail("{}: field '{}': expected an object, got {}", where_, field(name), json_type_name(*v));
     return v;
   }
 
@@ -129,8 +141,10 @@ void parse_model(const json& j, const std::string& where, ModelConfig& m) {
   s.read_int("n_embd", m.n_embd, 1, kPositive);
   s.read_int("block_size", m.block_size, 1, kPositive);
   s.read_int("ffn_hidden", m.ffn_hidden, 0, kNonNegative);
-  s.read_double("rope_theta", m.rope_theta, [](double x) { return x > 0; }, "a positive number");
-  s.read_double("norm_eps", m.norm_eps, [](double x) { return x > 0; }, "a positive number");
+  s.read_double(
+      "rope_theta", m.rope_theta, [](double x) { return x > 0; }, "a positive number");
+  s.read_double(
+      "norm_eps", m.norm_eps, [](double x) { return x > 0; }, "a positive number");
   s.reject_unknown();
 }
 
@@ -150,7 +164,8 @@ void parse_train(const json& j, const std::string& where, TrainConfig& t) {
   s.read_double("beta1", t.beta1, beta, "a number in [0, 1)");
   s.read_double("beta2", t.beta2, beta, "a number in [0, 1)");
   s.read_double("eps", t.eps, positive, "a positive number");
-  s.read_double("grad_clip", t.grad_clip, non_negative, "a non-negative number (0 disables clipping)");
+  s.read_double("grad_clip", t.grad_clip, non_negative,
+                "a non-negative number (0 disables clipping)");
   s.read_u64("seed", t.seed);
   s.read_int("threads", t.threads, 0, "a non-negative integer (0 = all cores)");
   s.read_int("eval_interval", t.eval_interval, 0, kNonNegative);
@@ -170,7 +185,8 @@ void parse_data(const json& j, const std::string& where, DataConfig& d) {
 }  // namespace
 
 Config parse_config(const json& j, const std::string& where) {
-  if (!j.is_object()) fail("{}: expected a JSON object at the top level, got {}", where, json_type_name(j));
+  if (!j.is_object())
+    fail("{}: expected a JSON object at the top level, got {}", where, json_type_name(j));
   Config c;
   c.path = where;
   Section top(j, "", where);
@@ -200,10 +216,17 @@ json config_to_json(const Config& c) {
   const ModelConfig& m = c.model;
   const TrainConfig& t = c.train;
   json j;
-  j["model"] = {{"family", m.family},         {"vocab_size", m.vocab_size}, {"padded_vocab_size", m.padded_vocab_size},
-                {"n_layer", m.n_layer},       {"n_head", m.n_head},         {"n_kv_head", m.n_kv_head},
-                {"n_embd", m.n_embd},         {"block_size", m.block_size}, {"ffn_hidden", m.ffn_hidden},
-                {"rope_theta", m.rope_theta}, {"norm_eps", m.norm_eps}};
+  j["model"] = {{"family", m.family},
+                {"vocab_size", m.vocab_size},
+                {"padded_vocab_size", m.padded_vocab_size},
+                {"n_layer", m.n_layer},
+                {"n_head", m.n_head},
+                {"n_kv_head", m.n_kv_head},
+                {"n_embd", m.n_embd},
+                {"block_size", m.block_size},
+                {"ffn_hidden", m.ffn_hidden},
+                {"rope_theta", m.rope_theta},
+                {"norm_eps", m.norm_eps}};
   j["train"] = {{"batch_size", t.batch_size},
                 {"seq_len", t.seq_len},
                 {"grad_accum_steps", t.grad_accum_steps},
@@ -233,14 +256,18 @@ void validate_config(const Config& c) {
   const ModelConfig& m = c.model;
   const TrainConfig& t = c.train;
   if (m.n_embd % m.n_head != 0)
-    fail("{}: field 'model.n_embd': expected a multiple of model.n_head ({}), got {}", where, m.n_head, m.n_embd);
+    fail("{}: field 'model.n_embd': expected a multiple of model.n_head ({}), got {}", where,
+         m.n_head, m.n_embd);
   if (t.seq_len > m.block_size)
-    fail("{}: field 'train.seq_len': expected at most model.block_size ({}), got {}", where, m.block_size, t.seq_len);
+    fail("{}: field 'train.seq_len': expected at most model.block_size ({}), got {}", where,
+         m.block_size, t.seq_len);
   if (m.padded_vocab_size != 0 && m.padded_vocab_size < m.vocab_size)
-    fail("{}: field 'model.padded_vocab_size': expected 0 or at least model.vocab_size ({}), got {}", where,
-         m.vocab_size, m.padded_vocab_size);
+    fail(
+        "{}: field 'model.padded_vocab_size': expected 0 or at least model.vocab_size ({}), got {}",
+        where, m.vocab_size, m.padded_vocab_size);
   if (m.kv_heads() > m.n_head || m.n_head % m.kv_heads() != 0)
-    fail("{}: field 'model.n_kv_head': expected a divisor of model.n_head ({}), got {}", where, m.n_head, m.n_kv_head);
+    fail("{}: field 'model.n_kv_head': expected a divisor of model.n_head ({}), got {}", where,
+         m.n_head, m.n_kv_head);
   if (t.min_lr > t.lr)
     fail("{}: field 'train.min_lr': expected at most train.lr ({}), got {}", where, t.lr, t.min_lr);
   // parse_config checks these per field; configs built in code (an HF config.json, tests)
@@ -252,24 +279,32 @@ void validate_config(const Config& c) {
   if (m.family == "gpt2") {
     // These knobs belong to the llama block; accepting them for gpt2 would silently do nothing.
     if (m.n_kv_head != 0 && m.n_kv_head != m.n_head)
-      fail("{}: field 'model.n_kv_head': expected 0 or model.n_head ({}) for family gpt2, got {}", where, m.n_head,
-           m.n_kv_head);
+      fail("{}: field 'model.n_kv_head': expected 0 or model.n_head ({}) for family gpt2, got {}",
+           where, m.n_head, m.n_kv_head);
     if (m.ffn_hidden != 0 && m.ffn_hidden != 4 * m.n_embd)
-      fail("{}: field 'model.ffn_hidden': expected 0 or 4*model.n_embd ({}) for family gpt2, got {}", where,
-           4 * m.n_embd, m.ffn_hidden);
+      fail(
+          "{}: field 'model.ffn_hidden': expected 0 or 4*model.n_embd ({}) for family gpt2, got {}",
+          where, 4 * m.n_embd, m.ffn_hidden);
     // config_to_json writes the default for every family, so only another value is an error.
     if (m.rope_theta != ModelConfig{}.rope_theta)
-      fail("{}: field 'model.rope_theta': expected {} (the default) for family gpt2, which has learned positions "
-           "instead of rotary embeddings, got {}", where, ModelConfig{}.rope_theta, m.rope_theta);
+      fail(
+          "{}: field 'model.rope_theta': expected {} (the default) for family gpt2, which has "
+          "learned positions "
+          "instead of rotary embeddings, got {}",
+          where, ModelConfig{}.rope_theta, m.rope_theta);
   } else if (m.family == "llama") {
     if (m.head_dim() % 2 != 0)
-      fail("{}: field 'model.n_embd': expected an even head dimension n_embd/n_head for rotary embeddings, got {}",
-           where, m.head_dim());
+      fail(
+          "{}: field 'model.n_embd': expected an even head dimension n_embd/n_head for rotary "
+          "embeddings, got {}",
+          where, m.head_dim());
     // gpt2's MLP width follows from n_embd; SwiGLU's has no such rule (Llama rounds 8/3*C
     // to a multiple of 256), so it must be given.
     if (m.ffn_hidden <= 0)
-      fail("{}: field 'model.ffn_hidden': expected the SwiGLU width (a positive integer) for family llama, got {}",
-           where, m.ffn_hidden);
+      fail(
+          "{}: field 'model.ffn_hidden': expected the SwiGLU width (a positive integer) for family "
+          "llama, got {}",
+          where, m.ffn_hidden);
   } else {
     fail("{}: field 'model.family': expected one of gpt2|llama, got \"{}\"", where, m.family);
   }

@@ -4,9 +4,8 @@
 #pragma once
 
 #include <cstdint>
-#include <string>
-
 #include <nlohmann/json_fwd.hpp>
+#include <string>
 
 namespace forge {
 
@@ -18,8 +17,8 @@ struct ModelConfig {
   int n_head = 4;
   int n_kv_head = 0;  // llama only; 0 means = n_head
   int n_embd = 64;
-  int block_size = 64;   // max sequence length (rows of wpe)
-  int ffn_hidden = 0;    // llama only (SwiGLU width); gpt2 uses 4*n_embd
+  int block_size = 64;          // max sequence length (rows of wpe)
+  int ffn_hidden = 0;           // llama only (SwiGLU width); gpt2 uses 4*n_embd
   double rope_theta = 10000.0;  // llama only
   double norm_eps = 1e-5;
 
@@ -42,10 +41,10 @@ struct TrainConfig {
   double eps = 1e-8;
   double grad_clip = 1.0;  // max global gradient norm; 0 disables clipping
   uint64_t seed = 1337;
-  int threads = 0;               // 0 = all cores
-  int eval_interval = 50;        // steps between validation passes; 0 = only at the end
-  int eval_batches = 8;          // validation micro-batches per pass
-  int checkpoint_interval = 0;   // steps between checkpoints; 0 = only at the end
+  int threads = 0;              // 0 = all cores
+  int eval_interval = 50;       // steps between validation passes; 0 = only at the end
+  int eval_batches = 8;         // validation micro-batches per pass
+  int checkpoint_interval = 0;  // steps between checkpoints; 0 = only at the end
   int log_interval = 1;
 };
 

@@ -2,7 +2,6 @@
 
 #include <cmath>
 #include <limits>
-
 #include <nlohmann/json.hpp>
 
 #include "forge/core/error.h"
@@ -99,17 +98,20 @@ class HfFields {
     return positive_number_in(j_, "", name, fallback);
   }
   // A field of a nested object such as rope_parameters (prefix "rope_parameters.").
-  double positive_number_in(const json& obj, const std::string& prefix, const char* name, double fallback) const {
+  double positive_number_in(const json& obj, const std::string& prefix, const char* name,
+                            double fallback) const {
     auto it = obj.find(name);
     if (it == obj.end() || it->is_null()) return fallback;
     if (!it->is_number() || !std::isfinite(it->get<double>()) || it->get<double>() <= 0)
-      fail("{}: field '{}{}': expected a positive number, got {}", where_, prefix, name, shown(*it));
+      fail("{}: field '{}{}': expected a positive number, got {}", where_, prefix, name,
+           shown(*it));
     return it->get<double>();
   }
   // An optional field that forge supports with one value only.
   void expect(const char* name, const json& want, const char* why) const {
     const json* v = find(name);
-    if (v && *v != want) fail("{}: field '{}': expected {} ({}), got {}", where_, name, want.dump(), why, shown(*v));
+    if (v && *v != want)
+      fail("{}: field '{}': expected {} ({}), got {}", where_, name, want.dump(), why, shown(*v));
   }
   const std::string& where() const { return where_; }
   [[noreturn]] void bad(const char* name, const std::string& expected, const json& got) const {
@@ -118,7 +120,8 @@ class HfFields {
 
  private:
   int positive_int(const char* name, const json& v) const {
-    if (!v.is_number_integer() || v.get<long long>() <= 0 || v.get<long long>() > std::numeric_limits<int>::max())
+    if (!v.is_number_integer() || v.get<long long>() <= 0 ||
+        v.get<long long>() > std::numeric_limits<int>::max())
       fail("{}: field '{}': expected a positive integer, got {}", where_, name, shown(v));
     return static_cast<int>(v.get<long long>());
   }
@@ -157,13 +160,18 @@ void llama_from_hf(const HfFields& f, ModelConfig& m) {
   f.expect("attention_bias", false, "forge's llama projections have no bias");
   f.expect("mlp_bias", false, "forge's llama projections have no bias");
   if (m.n_embd % m.n_head != 0)
-    f.bad("hidden_size", "a multiple of num_attention_heads (" + std::to_string(m.n_head) + ")", m.n_embd);
+    f.bad("hidden_size", "a multiple of num_attention_heads (" + std::to_string(m.n_head) + ")",
+          m.n_embd);
   if (m.n_head % m.n_kv_head != 0)
-    f.bad("num_key_value_heads", "a divisor of num_attention_heads (" + std::to_string(m.n_head) + ")", m.n_kv_head);
+    f.bad("num_key_value_heads",
+          "a divisor of num_attention_heads (" + std::to_string(m.n_head) + ")", m.n_kv_head);
   f.expect("head_dim", m.n_embd / m.n_head, "hidden_size / num_attention_heads");
   if ((m.n_embd / m.n_head) % 2 != 0)
-    fail("{}: field 'hidden_size': expected an even head dimension hidden_size/num_attention_heads for rotary "
-         "embeddings, got {}/{} = {}", f.where(), m.n_embd, m.n_head, m.n_embd / m.n_head);
+    fail(
+        "{}: field 'hidden_size': expected an even head dimension hidden_size/num_attention_heads "
+        "for rotary "
+        "embeddings, got {}/{} = {}",
+        f.where(), m.n_embd, m.n_head, m.n_embd / m.n_head);
 
   // transformers 4.x writes rope_theta (+ rope_scaling); 5.x writes rope_parameters with
   // rope_theta inside. Only the plain rotary embedding is implemented.
@@ -175,8 +183,10 @@ void llama_from_hf(const HfFields& f, ModelConfig& m) {
     auto type = r->find("rope_type");
     if (type == r->end()) type = r->find("type");  // transformers 4.x's older spelling
     if (type != r->end() && *type != "default")
-      fail("{}: field '{}.rope_type': expected \"default\" (forge implements plain RoPE only), got {}", f.where(),
-           name, shown(*type));
+      fail(
+          "{}: field '{}.rope_type': expected \"default\" (forge implements plain RoPE only), got "
+          "{}",
+          f.where(), name, shown(*type));
     m.rope_theta = f.positive_number_in(*r, std::string(name) + ".", "rope_theta", m.rope_theta);
   }
 }
@@ -201,7 +211,8 @@ Config parse_hf_config(const json& j, const std::string& where) {
   else if (model_type == "llama")
     llama_from_hf(f, c.model);
   else
-    fail("{}: field 'model_type': expected \"gpt2\" or \"llama\", got {}", where, type ? shown(*type) : "none");
+    fail("{}: field 'model_type': expected \"gpt2\" or \"llama\", got {}", where,
+         type ? shown(*type) : "none");
   const int rows = c.model.vocab_size;
   c.model.vocab_size = f.positive_int_or(kForgeVocabSize, rows);
   if (c.model.vocab_size > rows)

@@ -4,9 +4,8 @@
 // what one writes the other reads.
 #pragma once
 
-#include <string>
-
 #include <nlohmann/json_fwd.hpp>
+#include <string>
 
 #include "forge/io/config.h"
 

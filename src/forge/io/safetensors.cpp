@@ -16,7 +16,8 @@
 
 namespace forge {
 
-static_assert(std::endian::native == std::endian::little, "safetensors data is little-endian; forge assumes a little-endian host");
+static_assert(std::endian::native == std::endian::little,
+              "safetensors data is little-endian; forge assumes a little-endian host");
 
 namespace {
 
@@ -31,8 +32,9 @@ struct DTypeName {
   size_t size;
 };
 constexpr DTypeName kDTypes[] = {
-    {DType::F32, "F32", 4}, {DType::F64, "F64", 8}, {DType::BF16, "BF16", 2}, {DType::F16, "F16", 2},
-    {DType::I32, "I32", 4}, {DType::I64, "I64", 8}, {DType::U8, "U8", 1},     {DType::U16, "U16", 2},
+    {DType::F32, "F32", 4}, {DType::F64, "F64", 8}, {DType::BF16, "BF16", 2},
+    {DType::F16, "F16", 2}, {DType::I32, "I32", 4}, {DType::I64, "I64", 8},
+    {DType::U8, "U8", 1},   {DType::U16, "U16", 2},
 };
 
 bool parse_dtype(const std::string& s, DType& out) {
@@ -94,7 +96,8 @@ SafetensorsFile::SafetensorsFile(const std::string& path) : path_(path) {
   const size_t file_size = static_cast<size_t>(st.st_size);
   if (file_size < 8) {
     ::close(fd);
-    fail("{}: not a safetensors file: {} bytes, shorter than the 8-byte header length", path, file_size);
+    fail("{}: not a safetensors file: {} bytes, shorter than the 8-byte header length", path,
+         file_size);
   }
   void* p = ::mmap(nullptr, file_size, PROT_READ, MAP_PRIVATE, fd, 0);
   int map_err = errno;
@@ -108,14 +111,15 @@ SafetensorsFile::SafetensorsFile(const std::string& path) : path_(path) {
     uint64_t header_len = 0;
     std::memcpy(&header_len, map_, 8);
     if (header_len > kMaxHeaderBytes || header_len > file_size - 8)
-      fail("{}: not a safetensors file: header length {} does not fit in the file of {} bytes", path, header_len,
-           file_size);
+      fail("{}: not a safetensors file: header length {} does not fit in the file of {} bytes",
+           path, header_len, file_size);
     data_start_ = 8 + static_cast<size_t>(header_len);
     const size_t data_size = file_size - data_start_;
 
     json header;
     try {
-      header = json::parse(reinterpret_cast<const char*>(map_ + 8), reinterpret_cast<const char*>(map_ + data_start_));
+      header = json::parse(reinterpret_cast<const char*>(map_ + 8),
+                           reinterpret_cast<const char*>(map_ + data_start_));
     } catch (const json::parse_error& e) {
       fail("{}: malformed safetensors header JSON at byte {}: {}", path, 8 + e.byte, e.what());
     }
@@ -132,36 +136,41 @@ SafetensorsFile::SafetensorsFile(const std::string& path) : path_(path) {
       if (name == "__metadata__") {
         if (!v.is_object()) fail("{}: '__metadata__' must be an object of strings", path);
         for (auto m = v.begin(); m != v.end(); ++m) {
-          if (!m.value().is_string()) fail("{}: '__metadata__' field '{}': expected a string", path, m.key());
+          if (!m.value().is_string())
+            fail("{}: '__metadata__' field '{}': expected a string", path, m.key());
           metadata_[m.key()] = m.value().get<std::string>();
         }
         continue;
       }
-      if (!v.is_object()) fail("{}: tensor '{}': expected an object with dtype, shape, data_offsets", path, name);
+      if (!v.is_object())
+        fail("{}: tensor '{}': expected an object with dtype, shape, data_offsets", path, name);
       for (auto f = v.begin(); f != v.end(); ++f)
         if (f.key() != "dtype" && f.key() != "shape" && f.key() != "data_offsets")
           fail("{}: tensor '{}': unknown field '{}'", path, name, f.key());
       TensorInfo info{};
       auto dt = v.find("dtype");
-      if (dt == v.end() || !dt->is_string()) fail("{}: tensor '{}': missing string field 'dtype'", path, name);
+      if (dt == v.end() || !dt->is_string())
+        fail("{}: tensor '{}': missing string field 'dtype'", path, name);
       if (!parse_dtype(dt->get<std::string>(), info.dtype))
-        fail("{}: tensor '{}': unsupported dtype '{}' (expected F32|F64|BF16|F16|I32|I64|U8|U16)", path, name,
-             dt->get<std::string>());
+        fail("{}: tensor '{}': unsupported dtype '{}' (expected F32|F64|BF16|F16|I32|I64|U8|U16)",
+             path, name, dt->get<std::string>());
       auto sh = v.find("shape");
-      if (sh == v.end() || !sh->is_array()) fail("{}: tensor '{}': missing array field 'shape'", path, name);
+      if (sh == v.end() || !sh->is_array())
+        fail("{}: tensor '{}': missing array field 'shape'", path, name);
       for (const json& d : *sh) {
         if (!d.is_number_integer() || (!d.is_number_unsigned() && d.get<int64_t>() < 0))
           fail("{}: tensor '{}': shape {} must hold non-negative integers", path, name, sh->dump());
         info.shape.push_back(d.get<int64_t>());
       }
       auto off = v.find("data_offsets");
-      if (off == v.end() || !off->is_array() || off->size() != 2 || !(*off)[0].is_number_unsigned() ||
-          !(*off)[1].is_number_unsigned())
-        fail("{}: tensor '{}': 'data_offsets' must be [begin, end] with non-negative integers", path, name);
+      if (off == v.end() || !off->is_array() || off->size() != 2 ||
+          !(*off)[0].is_number_unsigned() || !(*off)[1].is_number_unsigned())
+        fail("{}: tensor '{}': 'data_offsets' must be [begin, end] with non-negative integers",
+             path, name);
       const uint64_t begin = (*off)[0].get<uint64_t>(), end = (*off)[1].get<uint64_t>();
       if (begin > end || end > data_size)
-        fail("{}: tensor '{}': data_offsets [{}, {}] outside the data section of {} bytes", path, name, begin, end,
-             data_size);
+        fail("{}: tensor '{}': data_offsets [{}, {}] outside the data section of {} bytes", path,
+             name, begin, end, data_size);
       info.offset = static_cast<size_t>(begin);
       info.nbytes = static_cast<size_t>(end - begin);
       size_t expected = 0;
@@ -177,13 +186,15 @@ SafetensorsFile::SafetensorsFile(const std::string& path) : path_(path) {
     });
     size_t cursor = 0;
     for (const Span& s : spans) {
-      if (s.begin < cursor) fail("{}: tensor '{}': data_offsets overlap the previous tensor", path, *s.name);
-      if (s.begin > cursor) fail("{}: tensor '{}': gap of {} bytes before its data", path, *s.name, s.begin - cursor);
+      if (s.begin < cursor)
+        fail("{}: tensor '{}': data_offsets overlap the previous tensor", path, *s.name);
+      if (s.begin > cursor)
+        fail("{}: tensor '{}': gap of {} bytes before its data", path, *s.name, s.begin - cursor);
       cursor = s.end;
     }
     if (cursor != data_size)
-      fail("{}: data section holds {} bytes but the tensors cover {} (truncated or trailing data)", path, data_size,
-           cursor);
+      fail("{}: data section holds {} bytes but the tensors cover {} (truncated or trailing data)",
+           path, data_size, cursor);
   } catch (...) {
     ::munmap(const_cast<uint8_t*>(map_), map_size_);
     map_ = nullptr;
@@ -210,19 +221,26 @@ std::vector<std::string> SafetensorsFile::names() const {
   return out;
 }
 
-const void* SafetensorsFile::data(const std::string& name) const { return map_ + data_start_ + info(name).offset; }
+const void* SafetensorsFile::data(const std::string& name) const {
+  return map_ + data_start_ + info(name).offset;
+}
 
-void SafetensorsFile::read_f32(const std::string& name, const std::vector<int64_t>& shape, float* dst) const {
+void SafetensorsFile::read_f32(const std::string& name, const std::vector<int64_t>& shape,
+                               float* dst) const {
   const TensorInfo& ti = info(name);
-  if (ti.dtype != DType::F32) fail("{}: tensor '{}': expected dtype F32, found {}", path_, name, dtype_name(ti.dtype));
+  if (ti.dtype != DType::F32)
+    fail("{}: tensor '{}': expected dtype F32, found {}", path_, name, dtype_name(ti.dtype));
   if (ti.shape != shape)
-    fail("{}: tensor '{}': expected shape {}, found {}", path_, name, shape_str(shape), shape_str(ti.shape));
+    fail("{}: tensor '{}': expected shape {}, found {}", path_, name, shape_str(shape),
+         shape_str(ti.shape));
   // The data section need not be 4-byte aligned in files from other writers, so copy bytes.
   if (ti.nbytes) std::memcpy(dst, data(name), ti.nbytes);
 }
 
-void SafetensorsWriter::add(const std::string& name, DType dtype, std::vector<int64_t> shape, const void* data) {
-  if (name.empty() || name == "__metadata__") fail("safetensors writer: invalid tensor name '{}'", name);
+void SafetensorsWriter::add(const std::string& name, DType dtype, std::vector<int64_t> shape,
+                            const void* data) {
+  if (name.empty() || name == "__metadata__")
+    fail("safetensors writer: invalid tensor name '{}'", name);
   for (const Entry& e : entries_)
     if (e.name == name) fail("safetensors writer: tensor '{}' added twice", name);
   size_t nbytes = 0;
@@ -232,7 +250,9 @@ void SafetensorsWriter::add(const std::string& name, DType dtype, std::vector<in
   entries_.push_back({name, dtype, std::move(shape), data});
 }
 
-void SafetensorsWriter::set_metadata(const std::string& key, const std::string& value) { metadata_[key] = value; }
+void SafetensorsWriter::set_metadata(const std::string& key, const std::string& value) {
+  metadata_[key] = value;
+}
 
 void SafetensorsWriter::write(const std::string& path) const {
   json header = json::object();
@@ -242,7 +262,9 @@ void SafetensorsWriter::write(const std::string& path) const {
   for (const Entry& e : entries_) {
     size_t nbytes = 0;
     checked_nbytes(e.shape, dtype_size(e.dtype), nbytes);
-    header[e.name] = {{"dtype", dtype_name(e.dtype)}, {"shape", e.shape}, {"data_offsets", {offset, offset + nbytes}}};
+    header[e.name] = {{"dtype", dtype_name(e.dtype)},
+                      {"shape", e.shape},
+                      {"data_offsets", {offset, offset + nbytes}}};
     sizes.push_back(nbytes);
     offset += nbytes;
   }
@@ -253,7 +275,8 @@ void SafetensorsWriter::write(const std::string& path) const {
 
   write_file_atomic(path, [&](std::FILE* f) {
     auto put = [&](const void* p, size_t n) {
-      if (n && std::fwrite(p, 1, n, f) != n) fail("{}: write failed: {}", path, std::strerror(errno));
+      if (n && std::fwrite(p, 1, n, f) != n)
+        fail("{}: write failed: {}", path, std::strerror(errno));
     };
     put(&header_len, 8);
     put(text.data(), text.size());

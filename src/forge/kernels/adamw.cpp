@@ -5,8 +5,8 @@
 
 #include "forge/core/error.h"
 #include "forge/kernels/cpu/dispatch.h"
-#include "forge/kernels/cpu/torch_cpu_reduce.h"
 #include "forge/kernels/cpu/simd.h"
+#include "forge/kernels/cpu/torch_cpu_reduce.h"
 
 namespace forge::kernels {
 

@@ -84,10 +84,10 @@ void attention_backward(Real* dqkv, const Real* dout, const Real* qkv, const Rea
 
 template void attention_forward<float>(float*, float*, const float*, int, int, int, int);
 template void attention_forward<double>(double*, double*, const double*, int, int, int, int);
-template void attention_backward<float>(float*, const float*, const float*, const float*, int,
-                                        int, int, int);
-template void attention_backward<double>(double*, const double*, const double*, const double*,
-                                         int, int, int, int);
+template void attention_backward<float>(float*, const float*, const float*, const float*, int, int,
+                                        int, int);
+template void attention_backward<double>(double*, const double*, const double*, const double*, int,
+                                         int, int, int);
 
 }  // namespace scalar
 

@@ -40,8 +40,8 @@ inline constexpr int kMaxHeadDim = 256;
 inline size_t attention_key_stride(int T) { return (static_cast<size_t>(T) + 15) / 16 * 16 + 16; }
 // saved = lse | k^T | v^T
 inline size_t attention_saved_floats(int B, int T, int C, int NH) {
-  return static_cast<size_t>(B) * (static_cast<size_t>(NH) * T +
-                                   2 * static_cast<size_t>(C) * attention_key_stride(T));
+  return static_cast<size_t>(B) *
+         (static_cast<size_t>(NH) * T + 2 * static_cast<size_t>(C) * attention_key_stride(T));
 }
 void attention_forward(float* out, float* saved, const float* qkv, int B, int T, int C, int NH);
 void attention_backward(float* dqkv, const float* dout, const float* qkv, const float* out,

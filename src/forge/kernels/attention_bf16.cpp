@@ -29,8 +29,12 @@ struct Geometry {
   int T, hd, hp2, T2;  // hp2 = pairs per row of a head, T2 = pairs of positions
   size_t ldt, ldt2;    // strides of the transposed packs (padded against L1 set conflicts)
   Geometry(int T_, int hd_)
-      : T(T_), hd(hd_), hp2((hd_ + 1) / 2), T2((T_ + 1) / 2),
-        ldt(attention_key_stride(T_)), ldt2(attention_key_stride((T_ + 1) / 2)) {}
+      : T(T_),
+        hd(hd_),
+        hp2((hd_ + 1) / 2),
+        T2((T_ + 1) / 2),
+        ldt(attention_key_stride(T_)),
+        ldt2(attention_key_stride((T_ + 1) / 2)) {}
   size_t rows() const { return round16(static_cast<size_t>(T) * hp2); }
   size_t pairs_t() const { return round16(static_cast<size_t>(hp2) * ldt); }
   size_t vnni() const { return round16(static_cast<size_t>(T2) * hd); }
@@ -48,9 +52,7 @@ bool attention_bf16_available() {
   return cpu && active_isa() == Isa::kAvx512;
 }
 
-size_t attention_bf16_saved_floats(int B, int T, int NH) {
-  return static_cast<size_t>(B) * NH * T;
-}
+size_t attention_bf16_saved_floats(int B, int T, int NH) { return static_cast<size_t>(B) * NH * T; }
 
 size_t attention_bf16_workspace_floats(int T, int hd, int threads) {
   return Geometry(T, hd).per_thread() * static_cast<size_t>(threads);
@@ -172,8 +174,7 @@ template <int MR, int NV, bool Masked>
     }
     for (int r = 0; r < MR; ++r) {
       const __m512i a = _mm512_set1_epi32(static_cast<int>(word(A + r * lda + k)));
-      for (int v = 0; v < NV; ++v)
-        c[r][v] = _mm512_dpbf16_ps(c[r][v], (__m512bh)a, (__m512bh)b[v]);
+      for (int v = 0; v < NV; ++v) c[r][v] = _mm512_dpbf16_ps(c[r][v], (__m512bh)a, (__m512bh)b[v]);
     }
   }
 }
@@ -192,8 +193,8 @@ template <int MR, int NV>
 }
 
 template <int NV>
-void rows_of(int M, int K2, const uint32_t* A, size_t lda, const uint32_t* B, size_t ldb,
-             float* C, size_t ldc, __mmask16 last) {
+void rows_of(int M, int K2, const uint32_t* A, size_t lda, const uint32_t* B, size_t ldb, float* C,
+             size_t ldc, __mmask16 last) {
   // 6 rows x 4 vectors = 24 accumulators beside 4 B vectors and the broadcast.
   int m = 0;
   for (; m + 6 <= M; m += 6) micro<6, NV>(K2, A + m * lda, lda, B, ldb, C + m * ldc, ldc, last);
@@ -207,16 +208,23 @@ void gemm_acc(int M, int N, int K2, const uint32_t* A, size_t lda, const uint32_
     const int nn = std::min(64, N - n0), nv = (nn + 15) / 16;
     const __mmask16 last = first_lanes(nn - (nv - 1) * 16);
     switch (nv) {
-      case 4: rows_of<4>(M, K2, A, lda, B + n0, ldb, C + n0, ldc, last); break;
-      case 3: rows_of<3>(M, K2, A, lda, B + n0, ldb, C + n0, ldc, last); break;
-      case 2: rows_of<2>(M, K2, A, lda, B + n0, ldb, C + n0, ldc, last); break;
-      default: rows_of<1>(M, K2, A, lda, B + n0, ldb, C + n0, ldc, last); break;
+      case 4:
+        rows_of<4>(M, K2, A, lda, B + n0, ldb, C + n0, ldc, last);
+        break;
+      case 3:
+        rows_of<3>(M, K2, A, lda, B + n0, ldb, C + n0, ldc, last);
+        break;
+      case 2:
+        rows_of<2>(M, K2, A, lda, B + n0, ldb, C + n0, ldc, last);
+        break;
+      default:
+        rows_of<1>(M, K2, A, lda, B + n0, ldb, C + n0, ldc, last);
+        break;
     }
   }
 }
 
 // --- one head --------------------------------------------------------------------------
-
 
 // One thread's share of the workspace.
 struct Packs {
@@ -602,8 +610,7 @@ void backward_core(float* dq, float* dk, float* dv, const float* dout, const flo
                        pk.dk_t + j0, g.ldt);
             }
             for (int r = 0; r < nq; ++r)
-              std::copy(tl.acc + r * hd, tl.acc + (r + 1) * hd,
-                        dq + q_off + (i0 + r) * L.q_stride);
+              std::copy(tl.acc + r * hd, tl.acc + (r + 1) * hd, dq + q_off + (i0 + r) * L.q_stride);
           }
         }
         transpose_head<float>(dk + kv_off, L.kv_stride, pk.dk_t, g.ldt, hd, T);
@@ -614,8 +621,8 @@ void backward_core(float* dq, float* dk, float* dv, const float* dout, const flo
 
 }  // namespace
 
-void attention_forward_bf16(float* out, float* saved, const float* qkv, int B, int T, int C,
-                            int NH, float* workspace, int threads) {
+void attention_forward_bf16(float* out, float* saved, const float* qkv, int B, int T, int C, int NH,
+                            float* workspace, int threads) {
   const size_t C3 = 3 * static_cast<size_t>(C);
   const Layout L{B, T, NH, NH, C / NH, C3, C3, static_cast<size_t>(C)};
   forward_core(out, saved, qkv, qkv + C, qkv + 2 * C, L, workspace, threads);
@@ -631,17 +638,16 @@ void attention_backward_bf16(float* dqkv, const float* dout, const float* qkv, c
 }
 
 void gqa_attention_forward_bf16(float* out, float* saved, const float* q, const float* k,
-                                const float* v, const GqaShape& s, float* workspace,
-                                int threads) {
+                                const float* v, const GqaShape& s, float* workspace, int threads) {
   const size_t dq = static_cast<size_t>(s.NH) * s.hd, dkv = static_cast<size_t>(s.KVH) * s.hd;
   const Layout L{s.B, s.T, s.NH, s.KVH, s.hd, dq, dkv, dq};
   forward_core(out, saved, q, k, v, L, workspace, threads);
 }
 
-void gqa_attention_backward_bf16(float* dq, float* dk, float* dv, const float* dout,
-                                 const float* q, const float* k, const float* v,
-                                 const float* out, const float* saved, const GqaShape& s,
-                                 float* workspace, int threads) {
+void gqa_attention_backward_bf16(float* dq, float* dk, float* dv, const float* dout, const float* q,
+                                 const float* k, const float* v, const float* out,
+                                 const float* saved, const GqaShape& s, float* workspace,
+                                 int threads) {
   const size_t dqs = static_cast<size_t>(s.NH) * s.hd, dkv = static_cast<size_t>(s.KVH) * s.hd;
   const Layout L{s.B, s.T, s.NH, s.KVH, s.hd, dqs, dkv, dqs};
   backward_core(dq, dk, dv, dout, q, k, v, out, saved, L, workspace, threads);

@@ -32,18 +32,17 @@ size_t attention_bf16_workspace_floats(int T, int hd, int threads);
 // Same arguments as attention.h's kernels, plus the workspace (not aliasing anything) and
 // the thread count it was planned for (a larger OpenMP team is an error); they require
 // attention_bf16_available().
-void attention_forward_bf16(float* out, float* saved, const float* qkv, int B, int T, int C,
-                            int NH, float* workspace, int threads);
+void attention_forward_bf16(float* out, float* saved, const float* qkv, int B, int T, int C, int NH,
+                            float* workspace, int threads);
 void attention_backward_bf16(float* dqkv, const float* dout, const float* qkv, const float* out,
                              const float* saved, int B, int T, int C, int NH, float* workspace,
                              int threads);
 // gqa_attention.h's arguments, plus the workspace and its thread count.
 void gqa_attention_forward_bf16(float* out, float* saved, const float* q, const float* k,
-                                const float* v, const GqaShape& s, float* workspace,
-                                int threads);
-void gqa_attention_backward_bf16(float* dq, float* dk, float* dv, const float* dout,
-                                 const float* q, const float* k, const float* v,
-                                 const float* out, const float* saved, const GqaShape& s,
-                                 float* workspace, int threads);
+                                const float* v, const GqaShape& s, float* workspace, int threads);
+void gqa_attention_backward_bf16(float* dq, float* dk, float* dv, const float* dout, const float* q,
+                                 const float* k, const float* v, const float* out,
+                                 const float* saved, const GqaShape& s, float* workspace,
+                                 int threads);
 
 }  // namespace forge::kernels::cpu

@@ -25,8 +25,8 @@ namespace forge::kernels {
 namespace scalar {
 
 template <typename Real>
-void bf16_linear_forward(Real* out, const float* inp, const float* weight, const float* bias,
-                         int N, int IC, int OC) {
+void bf16_linear_forward(Real* out, const float* inp, const float* weight, const float* bias, int N,
+                         int IC, int OC) {
   for (int n = 0; n < N; ++n)
     for (int o = 0; o < OC; ++o) {
       Real acc = bias ? Real(bias[o]) : Real(0);
@@ -100,8 +100,7 @@ constexpr size_t kParallelMin = size_t{1} << 16;
 __attribute__((target("avx2"))) inline __m256i round_lanes_avx2(__m256 x) {
   const __m256i u = _mm256_castps_si256(x);
   const __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(1));
-  const __m256i rounded =
-      _mm256_add_epi32(_mm256_add_epi32(u, _mm256_set1_epi32(0x7fff)), lsb);
+  const __m256i rounded = _mm256_add_epi32(_mm256_add_epi32(u, _mm256_set1_epi32(0x7fff)), lsb);
   // NaN: carrying into the exponent could turn a NaN whose payload sits in the low bits into
   // Inf, so NaNs take the truncated value with the quiet bit set instead.
   const __m256i nan = _mm256_castps_si256(_mm256_cmp_ps(x, x, _CMP_UNORD_Q));
@@ -113,8 +112,7 @@ __attribute__((target("avx2"))) inline __m256i round_lanes_avx2(__m256 x) {
 __attribute__((target("avx2"))) void round_bf16_avx2(float* out, const float* in, size_t n) {
   size_t i = 0;
   for (; i + 8 <= n; i += 8)
-    _mm256_storeu_ps(out + i,
-                     _mm256_castsi256_ps(round_lanes_avx2(_mm256_loadu_ps(in + i))));
+    _mm256_storeu_ps(out + i, _mm256_castsi256_ps(round_lanes_avx2(_mm256_loadu_ps(in + i))));
   for (; i < n; ++i) out[i] = scalar::bf16_round(in[i]);
 }
 
@@ -138,8 +136,7 @@ __attribute__((target("avx2"))) void to_bf16_avx2(uint16_t* out, const float* in
 __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16"))) inline __m256i bf16_lanes16(
     const float* in, __m512 x) {
   const __m512 mag = _mm512_abs_ps(x);
-  const __mmask16 denormal = _mm512_cmp_ps_mask(mag, _mm512_set1_ps(1.17549435e-38f),
-                                                _CMP_LT_OQ) &
+  const __mmask16 denormal = _mm512_cmp_ps_mask(mag, _mm512_set1_ps(1.17549435e-38f), _CMP_LT_OQ) &
                              _mm512_cmp_ps_mask(mag, _mm512_setzero_ps(), _CMP_NEQ_OQ);
   if (denormal) {
     alignas(32) uint16_t bits[16];
@@ -261,8 +258,7 @@ void parallel_chunks(size_t n, F&& f) {
 }  // namespace
 
 void round_bf16(float* out, const float* in, size_t n) {
-  parallel_chunks(n,
-                  [&](size_t lo, size_t hi) { round_bf16_serial(out + lo, in + lo, hi - lo); });
+  parallel_chunks(n, [&](size_t lo, size_t hi) { round_bf16_serial(out + lo, in + lo, hi - lo); });
 }
 
 void to_bf16(uint16_t* out, const float* in, size_t n) {
@@ -351,7 +347,7 @@ void bf16_gradient_operands(uint16_t* g, uint16_t* gt, float* dbias, const float
   const size_t ldgt = static_cast<size_t>(N), ldd = static_cast<size_t>(OC);
   // Each thread owns a run of whole 16-column blocks (so its column sums keep the row order)
   // and walks every band of rows over it, reading dout a band of rows at a time.
-#pragma omp parallel if (static_cast<size_t>(N) * OC >= kParallelMin)
+#pragma omp parallel if (static_cast <size_t>(N) * OC >= kParallelMin)
   {
     const Range share = thread_share(OC, 16, omp_get_thread_num(), omp_get_num_threads());
     const int lo = static_cast<int>(share.begin), hi = static_cast<int>(share.end);
@@ -428,9 +424,7 @@ struct NativeBf16 {
   // over dout that also sums the bias gradient (bf16_gradient_operands).
   static constexpr bool kTransposedGradient = true;
   // The forward's weight goes through gemm_bf16's b_blocked.
-  static size_t blocked_weight_floats(int IC, int OC) {
-    return gemm_bf16_blocked_b_floats(IC, OC);
-  }
+  static size_t blocked_weight_floats(int IC, int OC) { return gemm_bf16_blocked_b_floats(IC, OC); }
   static void convert(Operand* out, const float* in, size_t n) { to_bf16(out, in, n); }
   static void convert_gradient(Operand* g, Operand* gt, float* dbias, const float* dout, int N,
                                int OC) {

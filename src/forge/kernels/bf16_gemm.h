@@ -42,8 +42,8 @@ inline float bf16_round(float x) { return bf16_to_float(bf16_bits(x)); }
 // Same shapes and conventions as kernels/linear.h; outputs overwritten; dinp, bias, dbias may
 // be null.
 template <typename Real>
-void bf16_linear_forward(Real* out, const float* inp, const float* weight, const float* bias,
-                         int N, int IC, int OC);
+void bf16_linear_forward(Real* out, const float* inp, const float* weight, const float* bias, int N,
+                         int IC, int OC);
 template <typename Real>
 void bf16_linear_backward(Real* dinp, Real* dweight, Real* dbias, const float* dout,
                           const float* inp, const float* weight, int N, int IC, int OC);

@@ -43,10 +43,10 @@ void cross_entropy_backward(Real* dlogits, const Real* logits, const Real* lse,
 template float cross_entropy_forward<float>(float*, const float*, const int32_t*, int, int, int);
 template double cross_entropy_forward<double>(double*, const double*, const int32_t*, int, int,
                                               int);
-template void cross_entropy_backward<float>(float*, const float*, const float*, const int32_t*,
-                                            int, int, int, float);
-template void cross_entropy_backward<double>(double*, const double*, const double*,
-                                             const int32_t*, int, int, int, double);
+template void cross_entropy_backward<float>(float*, const float*, const float*, const int32_t*, int,
+                                            int, int, float);
+template void cross_entropy_backward<double>(double*, const double*, const double*, const int32_t*,
+                                             int, int, int, double);
 
 }  // namespace scalar
 

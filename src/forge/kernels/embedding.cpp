@@ -34,21 +34,21 @@ void embedding_backward(Real* dwte, Real* dwpe, const Real* dout, const int32_t*
     }
 }
 
-template void embedding_forward<float>(float*, const int32_t*, const float*, const float*, int,
-                                       int, int);
-template void embedding_forward<double>(double*, const int32_t*, const double*, const double*,
-                                        int, int, int);
+template void embedding_forward<float>(float*, const int32_t*, const float*, const float*, int, int,
+                                       int);
+template void embedding_forward<double>(double*, const int32_t*, const double*, const double*, int,
+                                        int, int);
 template void embedding_backward<float>(float*, float*, const float*, const int32_t*, int, int,
                                         int);
-template void embedding_backward<double>(double*, double*, const double*, const int32_t*, int,
-                                         int, int);
+template void embedding_backward<double>(double*, double*, const double*, const int32_t*, int, int,
+                                         int);
 
 }  // namespace scalar
 
 namespace cpu {
 
-void embedding_forward(float* out, const int32_t* tokens, const float* wte, const float* wpe,
-                       int B, int T, int C) {
+void embedding_forward(float* out, const int32_t* tokens, const float* wte, const float* wpe, int B,
+                       int T, int C) {
   const int rows = B * T;
 #pragma omp parallel for schedule(static)
   for (int row = 0; row < rows; ++row) {

@@ -18,8 +18,8 @@ void embedding_backward(Real* dwte, Real* dwpe, const Real* dout, const int32_t*
 }  // namespace scalar
 
 namespace cpu {
-void embedding_forward(float* out, const int32_t* tokens, const float* wte, const float* wpe,
-                       int B, int T, int C);
+void embedding_forward(float* out, const int32_t* tokens, const float* wte, const float* wpe, int B,
+                       int T, int C);
 void embedding_backward(float* dwte, float* dwpe, const float* dout, const int32_t* tokens, int B,
                         int T, int C);
 }  // namespace cpu

@@ -28,10 +28,10 @@ void gemm(bool transA, bool transB, int M, int N, int K, const Real* A, int lda,
     for (int j = 0; j < N; ++j) {
       Real acc = 0;
       for (int k = 0; k < K; ++k) {
-        const Real a = transA ? A[static_cast<size_t>(k) * lda + i]
-                              : A[static_cast<size_t>(i) * lda + k];
-        const Real b = transB ? B[static_cast<size_t>(j) * ldb + k]
-                              : B[static_cast<size_t>(k) * ldb + j];
+        const Real a =
+            transA ? A[static_cast<size_t>(k) * lda + i] : A[static_cast<size_t>(i) * lda + k];
+        const Real b =
+            transB ? B[static_cast<size_t>(j) * ldb + k] : B[static_cast<size_t>(k) * ldb + j];
         acc += a * b;
       }
       Real& c = C[static_cast<size_t>(i) * ldc + j];
@@ -54,10 +54,14 @@ namespace cpu {
 
 const char* gemm_backend_name(GemmBackend b) {
   switch (b) {
-    case GemmBackend::kOpenBLAS: return "openblas";
-    case GemmBackend::kOneDNN: return "onednn";
-    case GemmBackend::kOneDnnMatmul: return "onednn_matmul";
-    default: return "forge";
+    case GemmBackend::kOpenBLAS:
+      return "openblas";
+    case GemmBackend::kOneDNN:
+      return "onednn";
+    case GemmBackend::kOneDnnMatmul:
+      return "onednn_matmul";
+    default:
+      return "forge";
   }
 }
 

@@ -94,8 +94,8 @@ void gqa_attention_backward(Real* dq, Real* dk, Real* dv, const Real* dout, cons
     }
 }
 
-template void gqa_attention_forward<float>(float*, float*, const float*, const float*,
-                                           const float*, const GqaShape&);
+template void gqa_attention_forward<float>(float*, float*, const float*, const float*, const float*,
+                                           const GqaShape&);
 template void gqa_attention_forward<double>(double*, double*, const double*, const double*,
                                             const double*, const GqaShape&);
 template void gqa_attention_backward<float>(float*, float*, float*, const float*, const float*,
@@ -118,7 +118,7 @@ namespace {
 constexpr int kQTile = 32;
 constexpr int kKTile = 64;
 
-struct Tiles {  // per thread, on the stack (~112 KB)
+struct Tiles {                         // per thread, on the stack (~112 KB)
   float scores[kQTile * kKTile];       // S, then P
   float dscores[kQTile * kKTile];      // dP, then dS
   float kt[kGqaMaxHeadDim * kKTile];   // a key or value tile transposed: [hd][keys]
@@ -228,8 +228,10 @@ void gqa_attention_backward(float* dq, float* dk, float* dv, const float* dout, 
         float* dkb = dk + kv0;
         float* dvb = dv + kv0;
         for (int t = 0; t < T; ++t) {
-          std::fill(dkb + static_cast<size_t>(t) * ldk, dkb + static_cast<size_t>(t) * ldk + hd, 0.0f);
-          std::fill(dvb + static_cast<size_t>(t) * ldk, dvb + static_cast<size_t>(t) * ldk + hd, 0.0f);
+          std::fill(dkb + static_cast<size_t>(t) * ldk, dkb + static_cast<size_t>(t) * ldk + hd,
+                    0.0f);
+          std::fill(dvb + static_cast<size_t>(t) * ldk, dvb + static_cast<size_t>(t) * ldk + hd,
+                    0.0f);
         }
         for (int h = g * rep; h < (g + 1) * rep; ++h) {
           const size_t q0 = static_cast<size_t>(b) * T * ldq + h * hd;
@@ -244,7 +246,8 @@ void gqa_attention_backward(float* dq, float* dk, float* dv, const float* dout, 
             const float* doblk = dob + static_cast<size_t>(i0) * ldq;
             // D_i = dout_i . out_i equals sum_j p_ij (dout_i . v_j).
             for (int r = 0; r < nq; ++r)
-              delta[r] = dot(doblk + static_cast<size_t>(r) * ldq, ob + static_cast<size_t>(i0 + r) * ldq, hd);
+              delta[r] = dot(doblk + static_cast<size_t>(r) * ldq,
+                             ob + static_cast<size_t>(i0 + r) * ldq, hd);
             std::fill(tl.acc, tl.acc + nq * hd, 0.0f);
             for (int j0 = 0; j0 < i0 + nq; j0 += kKTile) {
               const int nk = std::min(kKTile, i0 + nq - j0);
@@ -269,7 +272,8 @@ void gqa_attention_backward(float* dq, float* dk, float* dv, const float* dout, 
                              dkb + static_cast<size_t>(j0) * ldk, ldk);
             }
             for (int r = 0; r < nq; ++r)
-              std::copy(tl.acc + r * hd, tl.acc + (r + 1) * hd, dqb + static_cast<size_t>(i0 + r) * ldq);
+              std::copy(tl.acc + r * hd, tl.acc + (r + 1) * hd,
+                        dqb + static_cast<size_t>(i0 + r) * ldq);
           }
         }
       }

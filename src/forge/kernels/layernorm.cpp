@@ -80,8 +80,8 @@ void layernorm_forward(float* out, float* mean, float* rstd, const float* inp, c
 }
 
 void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* dout,
-                        const float* inp, const float* weight, const float* mean,
-                        const float* rstd, int N, int C) {
+                        const float* inp, const float* weight, const float* mean, const float* rstd,
+                        int N, int C) {
   FORGE_SIMD_DISPATCH(
       layernorm_backward(dinp, dweight, dbias, dout, inp, weight, mean, rstd, nullptr, N, C));
 }

@@ -22,8 +22,8 @@ namespace cpu {
 void layernorm_forward(float* out, float* mean, float* rstd, const float* inp, const float* weight,
                        const float* bias, int N, int C, float eps);
 void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* dout,
-                        const float* inp, const float* weight, const float* mean,
-                        const float* rstd, int N, int C);
+                        const float* inp, const float* weight, const float* mean, const float* rstd,
+                        int N, int C);
 // The same, for an input that also feeds a residual add: dinp = dresidual + d(inp), in the
 // pass that writes dinp instead of a pass of its own (the add may be fused into the last
 // multiply). dinp must not alias dresidual or dout.

@@ -13,8 +13,8 @@ namespace forge::kernels {
 namespace scalar {
 
 template <typename Real>
-void linear_forward(Real* out, const Real* inp, const Real* weight, const Real* bias, int N,
-                    int IC, int OC) {
+void linear_forward(Real* out, const Real* inp, const Real* weight, const Real* bias, int N, int IC,
+                    int OC) {
   for (int n = 0; n < N; ++n)
     for (int o = 0; o < OC; ++o) {
       Real acc = bias ? bias[o] : Real(0);
@@ -52,8 +52,8 @@ void linear_backward(Real* dinp, Real* dweight, Real* dbias, const Real* dout, c
 
 template void linear_forward<float>(float*, const float*, const float*, const float*, int, int,
                                     int);
-template void linear_forward<double>(double*, const double*, const double*, const double*, int,
-                                     int, int);
+template void linear_forward<double>(double*, const double*, const double*, const double*, int, int,
+                                     int);
 template void linear_backward<float>(float*, float*, float*, const float*, const float*,
                                      const float*, int, int, int);
 template void linear_backward<double>(double*, double*, double*, const double*, const double*,
@@ -127,10 +127,9 @@ void bias_gradient(float* dbias, const float* dout, int N, int OC) {
   column_sums(dbias, dout, N, OC, [](int, int, int) {});
 }
 
-void linear_backward(float* dinp, float* dweight, float* dbias, const float* dout,
-                     const float* inp, const float* weight, int N, int IC, int OC) {
-  if (dinp)
-    gemm(false, false, N, IC, OC, dout, OC, weight, IC, 0.0f, dinp, IC);
+void linear_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
+                     const float* weight, int N, int IC, int OC) {
+  if (dinp) gemm(false, false, N, IC, OC, dout, OC, weight, IC, 0.0f, dinp, IC);
   gemm(true, false, OC, IC, N, dout, OC, inp, IC, 0.0f, dweight, IC);
   if (dbias) bias_gradient(dbias, dout, N, OC);
 }

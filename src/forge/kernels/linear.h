@@ -12,8 +12,8 @@ namespace forge::kernels {
 
 namespace scalar {
 template <typename Real>
-void linear_forward(Real* out, const Real* inp, const Real* weight, const Real* bias, int N,
-                    int IC, int OC);
+void linear_forward(Real* out, const Real* inp, const Real* weight, const Real* bias, int N, int IC,
+                    int OC);
 template <typename Real>
 void linear_backward(Real* dinp, Real* dweight, Real* dbias, const Real* dout, const Real* inp,
                      const Real* weight, int N, int IC, int OC);
@@ -26,8 +26,8 @@ namespace cpu {
 void linear_forward(float* out, const float* inp, const float* weight, const float* bias, int N,
                     int IC, int OC, float* weight_workspace = nullptr);
 size_t linear_weight_workspace_floats(int IC, int OC);
-void linear_backward(float* dinp, float* dweight, float* dbias, const float* dout,
-                     const float* inp, const float* weight, int N, int IC, int OC);
+void linear_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
+                     const float* weight, int N, int IC, int OC);
 // Linear layers that read one input and whose weights lie back to back ([sum widths, IC]:
 // one stacked weight), such as Llama's q, k, v and gate, up, run as one layer of the stacked
 // weight: one GEMM instead of one per layer, which matters most for GQA's narrow k and v.

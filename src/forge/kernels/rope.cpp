@@ -63,10 +63,10 @@ template void rope_forward<float>(float*, const float*, const float*, const floa
                                   int);
 template void rope_forward<double>(double*, const double*, const double*, const double*, int, int,
                                    int, int);
-template void rope_backward<float>(float*, const float*, const float*, const float*, int, int,
-                                   int, int);
-template void rope_backward<double>(double*, const double*, const double*, const double*, int,
-                                    int, int, int);
+template void rope_backward<float>(float*, const float*, const float*, const float*, int, int, int,
+                                   int);
+template void rope_backward<double>(double*, const double*, const double*, const double*, int, int,
+                                    int, int);
 
 }  // namespace scalar
 
@@ -135,8 +135,8 @@ void rope_forward(float* out, const float* inp, const float* cos, const float* s
   rope_apply<+1>(out, inp, cos, sin, B, T, n_heads, hd);
 }
 
-void rope_backward(float* dinp, const float* dout, const float* cos, const float* sin, int B,
-                   int T, int n_heads, int hd) {
+void rope_backward(float* dinp, const float* dout, const float* cos, const float* sin, int B, int T,
+                   int n_heads, int hd) {
   rope_apply<-1>(dinp, dout, cos, sin, B, T, n_heads, hd);
 }
 

@@ -34,8 +34,8 @@ namespace cpu {
 void rope_tables(float* cos, float* sin, int T, int hd, double theta);
 void rope_forward(float* out, const float* inp, const float* cos, const float* sin, int B, int T,
                   int n_heads, int hd);
-void rope_backward(float* dinp, const float* dout, const float* cos, const float* sin, int B,
-                   int T, int n_heads, int hd);
+void rope_backward(float* dinp, const float* dout, const float* cos, const float* sin, int B, int T,
+                   int n_heads, int hd);
 }  // namespace cpu
 
 }  // namespace forge::kernels

@@ -28,8 +28,8 @@ template void swiglu_forward<float>(float*, const float*, const float*, size_t);
 template void swiglu_forward<double>(double*, const double*, const double*, size_t);
 template void swiglu_backward<float>(float*, float*, const float*, const float*, const float*,
                                      size_t);
-template void swiglu_backward<double>(double*, double*, const double*, const double*,
-                                      const double*, size_t);
+template void swiglu_backward<double>(double*, double*, const double*, const double*, const double*,
+                                      size_t);
 
 }  // namespace scalar
 

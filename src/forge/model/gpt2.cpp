@@ -1,9 +1,9 @@
 #include "forge/model/gpt2.h"
 
 #include <algorithm>
-#include <utility>
 #include <cmath>
 #include <cstring>
+#include <utility>
 
 #include "forge/core/error.h"
 #include "forge/core/rng.h"
@@ -14,14 +14,28 @@ namespace forge {
 namespace {
 // Per-layer tensors, in the order nanoGPT and Hugging Face register them. This order is
 // also the order of clip_grad_norm_'s per-tensor norms, so it is part of the numerics.
-enum LayerTensor { LN1_W, LN1_B, QKV_W, QKV_B, ATTN_PROJ_W, ATTN_PROJ_B, LN2_W, LN2_B,
-                   FC_W, FC_B, MLP_PROJ_W, MLP_PROJ_B, TENSORS_PER_LAYER };
+enum LayerTensor {
+  LN1_W,
+  LN1_B,
+  QKV_W,
+  QKV_B,
+  ATTN_PROJ_W,
+  ATTN_PROJ_B,
+  LN2_W,
+  LN2_B,
+  FC_W,
+  FC_B,
+  MLP_PROJ_W,
+  MLP_PROJ_B,
+  TENSORS_PER_LAYER
+};
 }  // namespace
 
 Gpt2::Gpt2(const ModelConfig& config, int B, int T, Numerics& numerics)
     : config_(config), maxB_(B), maxT_(T), nx_(numerics) {
   const int64_t C = config.n_embd, Vp = config.vocab_rows(), L = config.n_layer;
-  if (config.family != "gpt2") fail("model.family: the GPT-2 model cannot run family '{}'", config.family);
+  if (config.family != "gpt2")
+    fail("model.family: the GPT-2 model cannot run family '{}'", config.family);
   FORGE_CHECK(T <= config.block_size, "T={} exceeds block_size={}", T, config.block_size);
 
   // Parameters: one flat buffer, named views in Hugging Face's names.
@@ -55,8 +69,7 @@ Gpt2::Gpt2(const ModelConfig& config, int B, int T, Numerics& numerics)
   const size_t att_saved = nx_.attention_saved_floats(B, T, C, config.n_head);
   const size_t xent_saved = nx_.classifier_saved_floats(N, config.vocab_size, Vp);
   auto lin_saved = [&](int64_t ic, int64_t oc) {
-    return nx_.linear_saved_floats(static_cast<int>(N), static_cast<int>(ic),
-                                   static_cast<int>(oc));
+    return nx_.linear_saved_floats(static_cast<int>(N), static_cast<int>(ic), static_cast<int>(oc));
   };
   const bool inputs_per_layer = nx_.linear_backward_reads_input();
   layers_.resize(L);
@@ -69,38 +82,70 @@ Gpt2::Gpt2(const ModelConfig& config, int B, int T, Numerics& numerics)
     float* gelu = inputs_per_layer ? nullptr : take(N * 4 * C);
     for (auto& a : layers_) {
       a.ln1 = inputs_per_layer ? take(N * C) : ln1;
-      a.ln1_mean = take(N); a.ln1_rstd = take(N);
-      a.qkv = take(N * 3 * C); a.att_saved = take(att_saved); a.sdpa = take(N * C);
-      a.attn_proj = attn_proj; a.res1 = take(N * C);
+      a.ln1_mean = take(N);
+      a.ln1_rstd = take(N);
+      a.qkv = take(N * 3 * C);
+      a.att_saved = take(att_saved);
+      a.sdpa = take(N * C);
+      a.attn_proj = attn_proj;
+      a.res1 = take(N * C);
       a.ln2 = inputs_per_layer ? take(N * C) : ln2;
-      a.ln2_mean = take(N); a.ln2_rstd = take(N);
-      a.fc = take(N * 4 * C); a.gelu = inputs_per_layer ? take(N * 4 * C) : gelu;
-      a.mlp_proj = mlp_proj; a.res2 = take(N * C);
-      a.qkv_saved = take(lin_saved(C, 3 * C)); a.attn_proj_saved = take(lin_saved(C, C));
-      a.fc_saved = take(lin_saved(C, 4 * C)); a.mlp_proj_saved = take(lin_saved(4 * C, C));
+      a.ln2_mean = take(N);
+      a.ln2_rstd = take(N);
+      a.fc = take(N * 4 * C);
+      a.gelu = inputs_per_layer ? take(N * 4 * C) : gelu;
+      a.mlp_proj = mlp_proj;
+      a.res2 = take(N * C);
+      a.qkv_saved = take(lin_saved(C, 3 * C));
+      a.attn_proj_saved = take(lin_saved(C, C));
+      a.fc_saved = take(lin_saved(C, 4 * C));
+      a.mlp_proj_saved = take(lin_saved(4 * C, C));
     }
-    lnf_ = take(N * C); lnf_mean_ = take(N); lnf_rstd_ = take(N);
-    logits_ = take(N * Vp); xent_saved_ = take(xent_saved); head_saved_ = take(lin_saved(C, Vp));
+    lnf_ = take(N * C);
+    lnf_mean_ = take(N);
+    lnf_rstd_ = take(N);
+    logits_ = take(N * Vp);
+    xent_saved_ = take(xent_saved);
+    head_saved_ = take(lin_saved(C, Vp));
   });
   // Backward's scratch: gradients that live within one layer's backward.
   plan_arena(scratch_arena_, [&](auto&& take) {
-    d_res_ = take(N * C); d_tmp_ = take(N * C); d_ln_ = take(N * C); d_sdpa_ = take(N * C);
-    d_qkv_ = take(N * 3 * C); d_fc_ = take(N * 4 * C); d_gelu_ = take(N * 4 * C);
+    d_res_ = take(N * C);
+    d_tmp_ = take(N * C);
+    d_ln_ = take(N * C);
+    d_sdpa_ = take(N * C);
+    d_qkv_ = take(N * 3 * C);
+    d_fc_ = take(N * 4 * C);
+    d_gelu_ = take(N * 4 * C);
   });
   d_logits_ = logits_;  // overwritten in place by the classifier's backward
   tokens_.resize(N);
   targets_.resize(N);
   kv_cache_.resize(static_cast<size_t>(L) * 2 * T * C);
   plan_arena(decode_arena_, [&](auto&& take) {
-    dec_.x = take(C); dec_.ln = take(C); dec_.ln_stats = take(2); dec_.qkv = take(3 * C);
-    dec_.y = take(C); dec_.proj = take(C); dec_.fc = take(4 * C); dec_.gelu = take(4 * C);
-    dec_.logits = take(Vp); dec_.scores = take(T);
+    dec_.x = take(C);
+    dec_.ln = take(C);
+    dec_.ln_stats = take(2);
+    dec_.qkv = take(3 * C);
+    dec_.y = take(C);
+    dec_.proj = take(C);
+    dec_.fc = take(4 * C);
+    dec_.gelu = take(4 * C);
+    dec_.logits = take(Vp);
+    dec_.scores = take(T);
   });
 
   StepShape shape;
-  shape.B = B; shape.T = T; shape.C = C; shape.NH = config.n_head;
-  shape.V = config.vocab_size; shape.Vp = Vp; shape.L = L;
-  shape.n_kv_head = config.n_head; shape.head_dim = config.head_dim(); shape.ffn = 4 * C;
+  shape.B = B;
+  shape.T = T;
+  shape.C = C;
+  shape.NH = config.n_head;
+  shape.V = config.vocab_size;
+  shape.Vp = Vp;
+  shape.L = L;
+  shape.n_kv_head = config.n_head;
+  shape.head_dim = config.head_dim();
+  shape.ffn = 4 * C;
   shape.linear_weights = layout_.linear_weights();
   shape.linear_weight_floats = layout_.linear_weight_floats();
   shape.linear_shapes = layout_.linear_weight_shapes();
@@ -117,7 +162,7 @@ Gpt2::LayerParams Gpt2::layer_params(float* base, int l) const {
   const size_t first = 2 + static_cast<size_t>(l) * TENSORS_PER_LAYER;
   auto at = [&](int k) { return base + t[first + k].offset; };
   return {at(LN1_W), at(LN1_B), at(QKV_W), at(QKV_B), at(ATTN_PROJ_W), at(ATTN_PROJ_B),
-          at(LN2_W), at(LN2_B), at(FC_W),  at(FC_B),  at(MLP_PROJ_W), at(MLP_PROJ_B)};
+          at(LN2_W), at(LN2_B), at(FC_W),  at(FC_B),  at(MLP_PROJ_W),  at(MLP_PROJ_B)};
 }
 
 void Gpt2::init_weights(uint64_t seed) {
@@ -141,8 +186,8 @@ void Gpt2::init_weights(uint64_t seed) {
 }
 
 float Gpt2::forward(const int32_t* tokens, const int32_t* targets, int B, int T) {
-  FORGE_CHECK(B <= maxB_ && T <= maxT_, "micro-batch {}x{} exceeds the planned {}x{}", B, T,
-              maxB_, maxT_);
+  FORGE_CHECK(B <= maxB_ && T <= maxT_, "micro-batch {}x{} exceeds the planned {}x{}", B, T, maxB_,
+              maxT_);
   const int C = config_.n_embd, NH = config_.n_head, V = config_.vocab_size;
   const int Vp = config_.vocab_rows(), L = config_.n_layer;
   const int N = B * T;
@@ -175,8 +220,8 @@ float Gpt2::forward(const int32_t* tokens, const int32_t* targets, int B, int T)
     nx_.layernorm_forward(a.ln2, a.ln2_mean, a.ln2_rstd, a.res1, w.ln2_w, w.ln2_b, N, C, eps);
     nx_.linear_forward(a.fc, a.fc_saved, a.ln2, w.fc_w, w.fc_b, N, C, 4 * C);
     nx_.gelu_forward(a.gelu, a.fc, static_cast<size_t>(N) * 4 * C);
-    nx_.linear_forward(a.mlp_proj, a.mlp_proj_saved, a.gelu, w.mlp_proj_w, w.mlp_proj_b, N,
-                       4 * C, C);
+    nx_.linear_forward(a.mlp_proj, a.mlp_proj_saved, a.gelu, w.mlp_proj_w, w.mlp_proj_b, N, 4 * C,
+                       C);
     nx_.add(a.res2, a.res1, a.mlp_proj, static_cast<size_t>(N) * C);
     record(h, "ln_1", a.ln1, {B, T, C});
     record(h, "attn.c_attn", a.qkv, {B, T, 3 * C});
@@ -211,8 +256,8 @@ void Gpt2::backward(float dloss, float* grads) {
   nx_.cross_entropy_backward(d_logits_, logits_, xent_saved_, targets_.data(), N, V, Vp, dloss);
   record("actgrad.logits", d_logits_, {B, T, Vp});
   // The LM head writes d(wte) first; the embedding adds its part at the very end.
-  nx_.linear_backward(d_ln_, grads + wte_, nullptr, d_logits_, lnf_, P + wte_, head_saved_, N,
-                      C, Vp);
+  nx_.linear_backward(d_ln_, grads + wte_, nullptr, d_logits_, lnf_, P + wte_, head_saved_, N, C,
+                      Vp);
   record("actgrad.ln_f", d_ln_, {B, T, C});
   const float* x_last = L > 0 ? layers_[L - 1].res2 : embed_;
   // d_res: the gradient flowing down the residual stream.
@@ -235,8 +280,8 @@ void Gpt2::backward(float dloss, float* grads) {
     nx_.linear_backward(d_ln_, g.fc_w, g.fc_b, d_fc_, a.ln2, w.fc_w, a.fc_saved, N, C, 4 * C);
     record(h, "ln_2", d_ln_, {B, T, C});
     // d(res1) = d(res2) + d(through ln_2)
-    nx_.layernorm_backward_residual(d_tmp_, g.ln2_w, g.ln2_b, d_ln_, a.res1, w.ln2_w,
-                                    a.ln2_mean, a.ln2_rstd, d_res_, N, C);
+    nx_.layernorm_backward_residual(d_tmp_, g.ln2_w, g.ln2_b, d_ln_, a.res1, w.ln2_w, a.ln2_mean,
+                                    a.ln2_rstd, d_res_, N, C);
     std::swap(d_res_, d_tmp_);
     record(h, "res_1", d_res_, {B, T, C});
     record(h, "attn.c_proj", d_res_, {B, T, C});
@@ -246,8 +291,7 @@ void Gpt2::backward(float dloss, float* grads) {
     record(h, "attn.sdpa", d_sdpa_, {B, T, C});
     nx_.attention_backward(d_qkv_, d_sdpa_, a.qkv, a.sdpa, a.att_saved, B, T, C, NH);
     record(h, "attn.c_attn", d_qkv_, {B, T, 3 * C});
-    nx_.linear_backward(d_ln_, g.qkv_w, g.qkv_b, d_qkv_, a.ln1, w.qkv_w, a.qkv_saved, N, C,
-                        3 * C);
+    nx_.linear_backward(d_ln_, g.qkv_w, g.qkv_b, d_qkv_, a.ln1, w.qkv_w, a.qkv_saved, N, C, 3 * C);
     record(h, "ln_1", d_ln_, {B, T, C});
     // d(x) = d(res1) + d(through ln_1)
     nx_.layernorm_backward_residual(d_tmp_, g.ln1_w, g.ln1_b, d_ln_, x_in, w.ln1_w, a.ln1_mean,
@@ -270,7 +314,9 @@ const float* Gpt2::decode_step(int32_t token, int pos) {
   float* P = params_.data();
   auto [x, ln, stats, qkv, y, proj, fc, gelu, logits, scores] = dec_;
   // x = wte[token] + wpe[pos]
-  for (int c = 0; c < C; ++c) x[c] = P[wte_ + static_cast<size_t>(token) * C + c] + P[wpe_ + static_cast<size_t>(pos) * C + c];
+  for (int c = 0; c < C; ++c)
+    x[c] =
+        P[wte_ + static_cast<size_t>(token) * C + c] + P[wpe_ + static_cast<size_t>(pos) * C + c];
   for (int l = 0; l < config_.n_layer; ++l) {
     const LayerParams w = layer_params(P, l);
     float* keys = kv_cache_.data() + static_cast<size_t>(l) * 2 * maxT_ * C;

@@ -29,7 +29,6 @@ class Gpt2 final : public Model {
   void backward(float dloss, float* grads) override;
   const float* logits() const override { return logits_; }
 
-
   bool has_kv_cache() const override { return true; }
   void reset_kv_cache() override {}
   const float* decode_step(int32_t token, int pos) override;

@@ -22,8 +22,9 @@ Llama::Llama(const ModelConfig& config, int B, int T, Numerics& numerics)
   if (config.family != "llama")
     fail("model.family: the Llama model cannot run family '{}'", config.family);
   if (config.ffn_hidden <= 0)
-    fail("model.ffn_hidden: expected the SwiGLU width (a positive integer) for family llama, got {}",
-         config.ffn_hidden);
+    fail(
+        "model.ffn_hidden: expected the SwiGLU width (a positive integer) for family llama, got {}",
+        config.ffn_hidden);
   FORGE_CHECK(T <= config.block_size, "T={} exceeds block_size={}", T, config.block_size);
   const int64_t C = config.n_embd, Vp = config.vocab_rows(), L = config.n_layer;
   NH_ = config.n_head;
@@ -35,7 +36,8 @@ Llama::Llama(const ModelConfig& config, int B, int T, Numerics& numerics)
   if (NH_ % KVH_ != 0)
     fail("model.n_kv_head: expected a divisor of model.n_head ({}), got {}", NH_, KVH_);
   if (hd_ % 2 != 0)
-    fail("model.n_embd: rotary embeddings need an even head dimension, got n_embd/n_head = {}", hd_);
+    fail("model.n_embd: rotary embeddings need an even head dimension, got n_embd/n_head = {}",
+         hd_);
 
   // Parameters: Hugging Face's LlamaForCausalLM names, nn.Linear layout [out, in] (no
   // transposes in files either).
@@ -65,8 +67,7 @@ Llama::Llama(const ModelConfig& config, int B, int T, Numerics& numerics)
   const size_t att_saved = nx_.gqa_attention_saved_floats(B, T, NH_, KVH_, hd_);
   const size_t xent_saved = nx_.classifier_saved_floats(N, config.vocab_size, Vp);
   auto lin_saved = [&](int64_t ic, int64_t oc) {
-    return nx_.linear_saved_floats(static_cast<int>(N), static_cast<int>(ic),
-                                   static_cast<int>(oc));
+    return nx_.linear_saved_floats(static_cast<int>(N), static_cast<int>(ic), static_cast<int>(oc));
   };
   const bool inputs_per_layer = nx_.linear_backward_reads_input();
   // The rotary tables cover the whole block, as the reference's do (their values do not
@@ -84,36 +85,62 @@ Llama::Llama(const ModelConfig& config, int B, int T, Numerics& numerics)
     for (auto& a : layers_) {
       a.ln1 = inputs_per_layer ? take(N * C) : ln1;
       a.ln1_rstd = take(N);
-      a.q = take(N * Dq_); a.k = take(N * Dkv_); a.v = take(N * Dkv_);
-      a.att_saved = take(att_saved); a.sdpa = take(N * Dq_); a.res1 = take(N * C);
+      a.q = take(N * Dq_);
+      a.k = take(N * Dkv_);
+      a.v = take(N * Dkv_);
+      a.att_saved = take(att_saved);
+      a.sdpa = take(N * Dq_);
+      a.res1 = take(N * C);
       a.ln2 = inputs_per_layer ? take(N * C) : ln2;
       a.ln2_rstd = take(N);
-      a.gate = take(N * F_); a.up = take(N * F_);
+      a.gate = take(N * F_);
+      a.up = take(N * F_);
       a.act = inputs_per_layer ? take(N * F_) : act;
       a.res2 = take(N * C);
       a.ln1_saved = take(std::max(lin_saved(C, Dq_), lin_saved(C, Dkv_)));
       a.o_saved = take(lin_saved(Dq_, C));
-      a.ln2_saved = take(lin_saved(C, F_)); a.down_saved = take(lin_saved(F_, C));
+      a.ln2_saved = take(lin_saved(C, F_));
+      a.down_saved = take(lin_saved(F_, C));
     }
-    norm_ = take(N * C); norm_rstd_ = take(N);
-    logits_ = take(N * Vp); xent_saved_ = take(xent_saved); head_saved_ = take(lin_saved(C, Vp));
+    norm_ = take(N * C);
+    norm_rstd_ = take(N);
+    logits_ = take(N * Vp);
+    xent_saved_ = take(xent_saved);
+    head_saved_ = take(lin_saved(C, Vp));
   });
   // Step scratch: values that live within one op's forward or one layer's backward.
   plan_arena(scratch_arena_, [&](auto&& take) {
-    q_pre_ = take(N * Dq_); k_pre_ = take(N * Dkv_); branch_ = take(N * C);
-    d_res_ = take(N * C); d_tmp_ = take(N * C); d_ln_ = take(N * C);
-    d_sdpa_ = take(N * Dq_); d_qrot_ = take(N * Dq_); d_q_ = take(N * Dq_);
-    d_krot_ = take(N * Dkv_); d_k_ = take(N * Dkv_); d_v_ = take(N * Dkv_);
-    d_gate_ = take(N * F_); d_up_ = take(N * F_); d_act_ = take(N * F_);
+    q_pre_ = take(N * Dq_);
+    k_pre_ = take(N * Dkv_);
+    branch_ = take(N * C);
+    d_res_ = take(N * C);
+    d_tmp_ = take(N * C);
+    d_ln_ = take(N * C);
+    d_sdpa_ = take(N * Dq_);
+    d_qrot_ = take(N * Dq_);
+    d_q_ = take(N * Dq_);
+    d_krot_ = take(N * Dkv_);
+    d_k_ = take(N * Dkv_);
+    d_v_ = take(N * Dkv_);
+    d_gate_ = take(N * F_);
+    d_up_ = take(N * F_);
+    d_act_ = take(N * F_);
   });
   d_logits_ = logits_;  // overwritten in place by the classifier's backward
   tokens_.resize(N);
   targets_.resize(N);
 
   StepShape shape;
-  shape.B = B; shape.T = T; shape.C = C; shape.NH = NH_;
-  shape.V = config.vocab_size; shape.Vp = Vp; shape.L = L;
-  shape.n_kv_head = KVH_; shape.head_dim = hd_; shape.ffn = F_;
+  shape.B = B;
+  shape.T = T;
+  shape.C = C;
+  shape.NH = NH_;
+  shape.V = config.vocab_size;
+  shape.Vp = Vp;
+  shape.L = L;
+  shape.n_kv_head = KVH_;
+  shape.head_dim = hd_;
+  shape.ffn = F_;
   shape.llama = true;
   shape.linear_weights = layout_.linear_weights();
   shape.linear_weight_floats = layout_.linear_weight_floats();
@@ -135,8 +162,8 @@ double Llama::train_flops_per_token(int T) const {
 Llama::LayerParams Llama::layer_params(float* base, int l) const {
   const auto& t = layout_.tensors();
   auto at = [&](int k) { return base + t[layer_first_[l] + k].offset; };
-  return {at(Q_W), at(K_W), at(V_W), at(O_W), at(GATE_W), at(UP_W), at(DOWN_W), at(LN1_W),
-          at(LN2_W)};
+  return {at(Q_W),  at(K_W),    at(V_W),   at(O_W),  at(GATE_W),
+          at(UP_W), at(DOWN_W), at(LN1_W), at(LN2_W)};
 }
 
 void Llama::init_weights(uint64_t seed) {
@@ -149,16 +176,15 @@ void Llama::init_weights(uint64_t seed) {
       for (size_t i = 0; i < p.numel; ++i) w[i] = 1.0f;
       continue;
     }
-    const bool residual =
-        p.name.ends_with("o_proj.weight") || p.name.ends_with("down_proj.weight");
+    const bool residual = p.name.ends_with("o_proj.weight") || p.name.ends_with("down_proj.weight");
     const double s = residual ? residual_std : std;
     for (size_t i = 0; i < p.numel; ++i) w[i] = static_cast<float>(s * rng.normal());
   }
 }
 
 float Llama::forward(const int32_t* tokens, const int32_t* targets, int B, int T) {
-  FORGE_CHECK(B <= maxB_ && T <= maxT_, "micro-batch {}x{} exceeds the planned {}x{}", B, T,
-              maxB_, maxT_);
+  FORGE_CHECK(B <= maxB_ && T <= maxT_, "micro-batch {}x{} exceeds the planned {}x{}", B, T, maxB_,
+              maxT_);
   const int C = config_.n_embd, V = config_.vocab_size, Vp = config_.vocab_rows();
   const int L = config_.n_layer, NH = NH_, KVH = KVH_, hd = hd_, Dq = Dq_, Dkv = Dkv_, F = F_;
   const int N = B * T;
@@ -236,8 +262,8 @@ void Llama::backward(float dloss, float* grads) {
 
   nx_.cross_entropy_backward(d_logits_, logits_, xent_saved_, targets_.data(), N, V, Vp, dloss);
   record("actgrad.logits", d_logits_, {B, T, Vp});
-  nx_.linear_backward(d_ln_, grads + head_w_, nullptr, d_logits_, norm_, P + head_w_,
-                      head_saved_, N, C, Vp);
+  nx_.linear_backward(d_ln_, grads + head_w_, nullptr, d_logits_, norm_, P + head_w_, head_saved_,
+                      N, C, Vp);
   record("actgrad.norm", d_ln_, {B, T, C});
   const float* x_last = L > 0 ? layers_[L - 1].res2 : embed_;
   // d_res: the gradient flowing down the residual stream. It and d_tmp trade buffers after
@@ -254,8 +280,7 @@ void Llama::backward(float dloss, float* grads) {
     record(pfx, "res_2", d_res, {B, T, C});
     record(pfx, "mlp.down_proj", d_res, {B, T, C});
     // MLP branch: res2 = res1 + down(silu(gate(ln2)) * up(ln2)),  ln2 = RMSNorm(res1)
-    nx_.linear_backward(d_act_, g.down_w, nullptr, d_res, a.act, w.down_w, a.down_saved, N, F,
-                        C);
+    nx_.linear_backward(d_act_, g.down_w, nullptr, d_res, a.act, w.down_w, a.down_saved, N, F, C);
     record(pfx, "mlp.swiglu", d_act_, {B, T, F});
     nx_.swiglu_backward(d_gate_, d_up_, d_act_, a.gate, a.up, NF);
     record(pfx, "mlp.gate_proj", d_gate_, {B, T, F});
@@ -266,16 +291,15 @@ void Llama::backward(float dloss, float* grads) {
     record(pfx, "post_attention_layernorm", d_ln_, {B, T, C});
     // d(res1) = d(res2) + d(through the MLP): autograd receives the residual's term first,
     // then the norm's two (see rmsnorm_backward_residual).
-    nx_.rmsnorm_backward_residual(d_tmp, g.ln2_w, d_ln_, a.res1, w.ln2_w, a.ln2_rstd, d_res, N,
-                                  C);
+    nx_.rmsnorm_backward_residual(d_tmp, g.ln2_w, d_ln_, a.res1, w.ln2_w, a.ln2_rstd, d_res, N, C);
     std::swap(d_res, d_tmp);
     record(pfx, "res_1", d_res, {B, T, C});
     record(pfx, "self_attn.o_proj", d_res, {B, T, C});
     // attention branch: res1 = x + o(attn(rope(q(ln1)), rope(k(ln1)), v(ln1))),  ln1 = RMSNorm(x)
     nx_.linear_backward(d_sdpa_, g.o_w, nullptr, d_res, a.sdpa, w.o_w, a.o_saved, N, Dq, C);
     record(pfx, "self_attn.sdpa", d_sdpa_, {B, T, Dq});
-    nx_.gqa_attention_backward(d_qrot_, d_krot_, d_v_, d_sdpa_, a.q, a.k, a.v, a.sdpa,
-                               a.att_saved, B, T, NH, KVH, hd);
+    nx_.gqa_attention_backward(d_qrot_, d_krot_, d_v_, d_sdpa_, a.q, a.k, a.v, a.sdpa, a.att_saved,
+                               B, T, NH, KVH, hd);
     nx_.rope_backward(d_q_, d_qrot_, rope_cos_, rope_sin_, B, T, NH, hd);
     nx_.rope_backward(d_k_, d_krot_, rope_cos_, rope_sin_, B, T, KVH, hd);
     record(pfx, "self_attn.q_rope", d_qrot_, {B, T, Dq});
@@ -288,8 +312,7 @@ void Llama::backward(float dloss, float* grads) {
                                  {w.q_w, w.k_w, w.v_w}, a.ln1_saved, {Dq, Dkv, Dkv}, N, C);
     record(pfx, "input_layernorm", d_ln_, {B, T, C});
     // d(x) = d(res1) + d(through attention), in the same order.
-    nx_.rmsnorm_backward_residual(d_tmp, g.ln1_w, d_ln_, x_in, w.ln1_w, a.ln1_rstd, d_res, N,
-                                  C);
+    nx_.rmsnorm_backward_residual(d_tmp, g.ln1_w, d_ln_, x_in, w.ln1_w, a.ln1_rstd, d_res, N, C);
     std::swap(d_res, d_tmp);
   }
   record("actgrad.embed", d_res, {B, T, C});

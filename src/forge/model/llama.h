@@ -31,7 +31,6 @@ class Llama final : public Model {
   void backward(float dloss, float* grads) override;
   const float* logits() const override { return logits_; }
 
-
  private:
   struct LayerParams {
     float *q_w, *k_w, *v_w, *o_w, *gate_w, *up_w, *down_w, *ln1_w, *ln2_w;

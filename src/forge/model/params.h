@@ -15,12 +15,12 @@
 namespace forge {
 
 struct ParamSpec {
-  std::string name;             // Hugging Face name, e.g. "transformer.h.0.attn.c_attn.weight"
-  std::vector<int64_t> shape;   // engine layout: linear weights are [out, in]
-  bool file_transposed = false; // stored [in, out] in checkpoints (HF Conv1D)
-  bool decay = false;           // AdamW weight decay applies (2-D weights)
-  bool linear = false;          // a linear layer multiplies by it (y = x W^T)
-  size_t offset = 0;            // into the flat buffer, in floats
+  std::string name;              // Hugging Face name, e.g. "transformer.h.0.attn.c_attn.weight"
+  std::vector<int64_t> shape;    // engine layout: linear weights are [out, in]
+  bool file_transposed = false;  // stored [in, out] in checkpoints (HF Conv1D)
+  bool decay = false;            // AdamW weight decay applies (2-D weights)
+  bool linear = false;           // a linear layer multiplies by it (y = x W^T)
+  size_t offset = 0;             // into the flat buffer, in floats
   size_t numel = 0;
 
   std::vector<int64_t> file_shape() const;
@@ -36,7 +36,7 @@ class ParamLayout {
   const std::vector<ParamSpec>& tensors() const { return tensors_; }
   const ParamSpec& find(const std::string& name) const;  // throws naming the tensor
   size_t total_floats() const { return total_; }
-  size_t numel() const;  // sum of tensor sizes (without alignment padding)
+  size_t numel() const;                 // sum of tensor sizes (without alignment padding)
   int linear_weights() const;           // tensors added by add_linear_weight
   size_t linear_weight_floats() const;  // their elements
   std::vector<std::array<int, 2>> linear_weight_shapes() const;  // their [out, in]

@@ -95,14 +95,13 @@ class Bf16Numerics final : public Numerics {
                          int B, int T, int C) override {
     fast_->embedding_forward(out, tokens, wte, wpe, B, T, C);
   }
-  void embedding_backward(float* dwte, float* dwpe, const float* dout, const int32_t* tokens,
-                          int B, int T, int C) override {
+  void embedding_backward(float* dwte, float* dwpe, const float* dout, const int32_t* tokens, int B,
+                          int T, int C) override {
     fast_->embedding_backward(dwte, dwpe, dout, tokens, B, T, C);
   }
 
   void layernorm_forward(float* out, float* mean, float* rstd, const float* inp,
-                         const float* weight, const float* bias, int N, int C,
-                         float eps) override {
+                         const float* weight, const float* bias, int N, int C, float eps) override {
     fast_->layernorm_forward(out, mean, rstd, inp, weight, bias, N, C, eps);
   }
   void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* dout,
@@ -172,9 +171,7 @@ class Bf16Numerics final : public Numerics {
   void add(float* out, const float* a, const float* b, size_t n) override {
     fast_->add(out, a, b, n);
   }
-  void add_inplace(float* acc, const float* x, size_t n) override {
-    fast_->add_inplace(acc, x, n);
-  }
+  void add_inplace(float* acc, const float* x, size_t n) override { fast_->add_inplace(acc, x, n); }
 
   size_t classifier_saved_floats(int N, int V, int Vp) const override {
     return fast_->classifier_saved_floats(N, V, Vp);
@@ -184,13 +181,12 @@ class Bf16Numerics final : public Numerics {
     return fast_->cross_entropy_forward(saved, logits, targets, N, V, Vp);
   }
   void cross_entropy_backward(float* dlogits, const float* logits, const float* saved,
-                              const int32_t* targets, int N, int V, int Vp,
-                              float dloss) override {
+                              const int32_t* targets, int N, int V, int Vp, float dloss) override {
     fast_->cross_entropy_backward(dlogits, logits, saved, targets, N, V, Vp, dloss);
   }
 
-  void rmsnorm_forward(float* out, float* rstd, const float* inp, const float* weight, int N,
-                       int C, float eps) override {
+  void rmsnorm_forward(float* out, float* rstd, const float* inp, const float* weight, int N, int C,
+                       float eps) override {
     fast_->rmsnorm_forward(out, rstd, inp, weight, N, C, eps);
   }
   void rmsnorm_backward(float* dinp, float* dweight, const float* dout, const float* inp,
@@ -200,8 +196,8 @@ class Bf16Numerics final : public Numerics {
   void rope_tables(float* cos, float* sin, int T, int hd, double theta) override {
     fast_->rope_tables(cos, sin, T, hd, theta);
   }
-  void rope_forward(float* out, const float* inp, const float* cos, const float* sin, int B,
-                    int T, int n_heads, int hd) override {
+  void rope_forward(float* out, const float* inp, const float* cos, const float* sin, int B, int T,
+                    int n_heads, int hd) override {
     fast_->rope_forward(out, inp, cos, sin, B, T, n_heads, hd);
   }
   void rope_backward(float* dinp, const float* dout, const float* cos, const float* sin, int B,
@@ -227,9 +223,8 @@ class Bf16Numerics final : public Numerics {
                                   attention_workspace(T, hd), attention_threads_);
   }
   void gqa_attention_backward(float* dq, float* dk, float* dv, const float* dout, const float* q,
-                              const float* k, const float* v, const float* out,
-                              const float* saved, int B, int T, int NH, int KVH,
-                              int hd) override {
+                              const float* k, const float* v, const float* out, const float* saved,
+                              int B, int T, int NH, int KVH, int hd) override {
     if (!bf16_attention_)
       return fast_->gqa_attention_backward(dq, dk, dv, dout, q, k, v, out, saved, B, T, NH, KVH,
                                            hd);
@@ -247,8 +242,8 @@ class Bf16Numerics final : public Numerics {
   float* scratch_for(int N, int IC, int OC) {
     const size_t need = k::bf16_linear_scratch_floats(N, IC, OC, slots_planned());
     if (need > scratch_.size())
-      fail("numerics 'bf16': linear layer {}x{}x{} needs {} scratch floats, plan() reserved {}",
-           N, IC, OC, need, scratch_.size());
+      fail("numerics 'bf16': linear layer {}x{}x{} needs {} scratch floats, plan() reserved {}", N,
+           IC, OC, need, scratch_.size());
     return scratch_.data();
   }
 
@@ -297,9 +292,10 @@ class Bf16Numerics final : public Numerics {
   float* attention_workspace(int T, int hd) {
     const size_t need = k::attention_bf16_workspace_floats(T, hd, attention_threads_);
     if (attention_threads_ == 0 || need > attention_workspace_.size())
-      fail("numerics 'bf16': attention over T={} and head dim {} needs {} workspace floats, "
-           "plan() reserved {}",
-           T, hd, need, attention_workspace_.size());
+      fail(
+          "numerics 'bf16': attention over T={} and head dim {} needs {} workspace floats, "
+          "plan() reserved {}",
+          T, hd, need, attention_workspace_.size());
     return attention_workspace_.data();
   }
 

@@ -36,9 +36,10 @@ class FastNumerics final : public Numerics {
   void plan(const StepShape& shape) override {
     const int hd = shape.head_dim > 0 ? shape.head_dim : (shape.NH > 0 ? shape.C / shape.NH : 0);
     if (hd > k::kMaxHeadDim)
-      fail("numerics 'fast': model head dimension {} is larger than the {} its attention "
-           "kernel supports",
-           hd, k::kMaxHeadDim);
+      fail(
+          "numerics 'fast': model head dimension {} is larger than the {} its attention "
+          "kernel supports",
+          hd, k::kMaxHeadDim);
     // Room for one weight in the forward GEMM's own layout (k::linear_forward): the largest
     // of the blocks' weights. The classifier's takes it only if it fits: on gpt2-124m its
     // copy would be 154 MB.
@@ -57,14 +58,13 @@ class FastNumerics final : public Numerics {
                          int B, int T, int C) override {
     k::embedding_forward(out, tokens, wte, wpe, B, T, C);
   }
-  void embedding_backward(float* dwte, float* dwpe, const float* dout, const int32_t* tokens,
-                          int B, int T, int C) override {
+  void embedding_backward(float* dwte, float* dwpe, const float* dout, const int32_t* tokens, int B,
+                          int T, int C) override {
     k::embedding_backward(dwte, dwpe, dout, tokens, B, T, C);
   }
 
   void layernorm_forward(float* out, float* mean, float* rstd, const float* inp,
-                         const float* weight, const float* bias, int N, int C,
-                         float eps) override {
+                         const float* weight, const float* bias, int N, int C, float eps) override {
     k::layernorm_forward(out, mean, rstd, inp, weight, bias, N, C, eps);
   }
   void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* dout,
@@ -76,8 +76,8 @@ class FastNumerics final : public Numerics {
                                    const float* inp, const float* weight, const float* mean,
                                    const float* rstd, const float* dresidual, int N,
                                    int C) override {
-    k::layernorm_backward_residual(dinp, dweight, dbias, dout, inp, weight, mean, rstd,
-                                   dresidual, N, C);
+    k::layernorm_backward_residual(dinp, dweight, dbias, dout, inp, weight, mean, rstd, dresidual,
+                                   N, C);
   }
 
   bool linear_backward_reads_input() const override { return true; }  // it multiplies inp
@@ -88,8 +88,8 @@ class FastNumerics final : public Numerics {
                       fits && weight_workspace_.size() > 0 ? weight_workspace_.data() : nullptr);
   }
   void linear_backward(float* dinp, float* dweight, float* dbias, const float* dout,
-                       const float* inp, const float* weight, const float* /*saved*/, int N,
-                       int IC, int OC) override {
+                       const float* inp, const float* weight, const float* /*saved*/, int N, int IC,
+                       int OC) override {
     k::linear_backward(dinp, dweight, dbias, dout, inp, weight, N, IC, OC);
   }
 
@@ -130,8 +130,7 @@ class FastNumerics final : public Numerics {
     return k::cross_entropy_forward(saved, logits, targets, N, V, Vp);
   }
   void cross_entropy_backward(float* dlogits, const float* logits, const float* saved,
-                              const int32_t* targets, int N, int V, int Vp,
-                              float dloss) override {
+                              const int32_t* targets, int N, int V, int Vp, float dloss) override {
     k::cross_entropy_backward(dlogits, logits, saved, targets, N, V, Vp, dloss);
   }
 

@@ -31,8 +31,8 @@ void Numerics::linear_forward_siblings(std::initializer_list<float*> outs, float
   FORGE_CHECK(outs.size() == weights.size() && widths.size() == weights.size(),
               "linear_forward_siblings: {} outputs, {} weights, {} widths", outs.size(),
               weights.size(), widths.size());
-  if (stacked_siblings_forward(*this, stacked_product_room(), outs, saved, inp, weights, widths,
-                               N, IC))
+  if (stacked_siblings_forward(*this, stacked_product_room(), outs, saved, inp, weights, widths, N,
+                               IC))
     return;
   for (size_t i = 0; i < outs.size(); ++i) {
     if (i == 0)
@@ -46,19 +46,18 @@ void Numerics::linear_forward_siblings(std::initializer_list<float*> outs, float
 
 void Numerics::linear_backward_siblings(float* dinp, float* scratch,
                                         std::initializer_list<float*> dweights,
-                                        std::initializer_list<const float*> douts,
-                                        const float* inp,
+                                        std::initializer_list<const float*> douts, const float* inp,
                                         std::initializer_list<const float*> weights,
                                         const float* saved, std::initializer_list<int> widths,
                                         int N, int IC) {
   const size_t count = weights.size();
-  FORGE_CHECK(dweights.size() == count && douts.size() == count && widths.size() == count &&
-                  count > 0,
-              "linear_backward_siblings: {} weight gradients, {} output gradients, {} weights, "
-              "{} widths",
-              dweights.size(), douts.size(), count, widths.size());
-  if (stacked_siblings_backward(*this, stacked_product_room(), dinp, dweights, douts, inp,
-                                weights, saved, widths, N, IC))
+  FORGE_CHECK(
+      dweights.size() == count && douts.size() == count && widths.size() == count && count > 0,
+      "linear_backward_siblings: {} weight gradients, {} output gradients, {} weights, "
+      "{} widths",
+      dweights.size(), douts.size(), count, widths.size());
+  if (stacked_siblings_backward(*this, stacked_product_room(), dinp, dweights, douts, inp, weights,
+                                saved, widths, N, IC))
     return;
   for (size_t j = 0; j < count; ++j) {
     const size_t i = count - 1 - j;  // autograd reaches the last sibling first
@@ -69,18 +68,16 @@ void Numerics::linear_backward_siblings(float* dinp, float* scratch,
 }
 
 void Numerics::layernorm_backward_residual(float* dinp, float* dweight, float* dbias,
-                                           const float* dout, const float* inp,
-                                           const float* weight, const float* mean,
-                                           const float* rstd, const float* dresidual, int N,
-                                           int C) {
+                                           const float* dout, const float* inp, const float* weight,
+                                           const float* mean, const float* rstd,
+                                           const float* dresidual, int N, int C) {
   layernorm_backward(dinp, dweight, dbias, dout, inp, weight, mean, rstd, N, C);
   add_inplace(dinp, dresidual, static_cast<size_t>(N) * C);
 }
 
 void Numerics::rmsnorm_backward_residual(float* dinp, float* dweight, const float* dout,
-                                         const float* inp, const float* weight,
-                                         const float* rstd, const float* dresidual, int N,
-                                         int C) {
+                                         const float* inp, const float* weight, const float* rstd,
+                                         const float* dresidual, int N, int C) {
   rmsnorm_backward(dinp, dweight, dout, inp, weight, rstd, N, C);
   add_inplace(dinp, dresidual, static_cast<size_t>(N) * C);
 }
@@ -93,8 +90,8 @@ void Numerics::rope_tables(float* cos, float* sin, int T, int hd, double theta) 
   k::rope_tables(cos, sin, T, hd, theta);
 }
 
-void Numerics::rope_forward(float* out, const float* inp, const float* cos, const float* sin,
-                            int B, int T, int n_heads, int hd) {
+void Numerics::rope_forward(float* out, const float* inp, const float* cos, const float* sin, int B,
+                            int T, int n_heads, int hd) {
   k::rope_forward(out, inp, cos, sin, B, T, n_heads, hd);
 }
 

@@ -90,10 +90,9 @@ class Numerics {
   // first (GPT-2's blocks): dinp = dresidual + d(inp). dinp must not alias dresidual or dout.
   // The default is layernorm_backward, then add_inplace of dresidual.
   virtual void layernorm_backward_residual(float* dinp, float* dweight, float* dbias,
-                                           const float* dout, const float* inp,
-                                           const float* weight, const float* mean,
-                                           const float* rstd, const float* dresidual, int N,
-                                           int C);
+                                           const float* dout, const float* inp, const float* weight,
+                                           const float* mean, const float* rstd,
+                                           const float* dresidual, int N, int C);
 
   // --- linear: out[N,OC] = inp[N,IC] @ weight[OC,IC]^T + bias[OC] (bias may be null) -----
   // saved: linear_saved_floats(N, IC, OC) floats that forward fills for the backward of the
@@ -141,8 +140,7 @@ class Numerics {
   // goes into scratch (N*IC floats) and is added to dinp.
   virtual void linear_backward_siblings(float* dinp, float* scratch,
                                         std::initializer_list<float*> dweights,
-                                        std::initializer_list<const float*> douts,
-                                        const float* inp,
+                                        std::initializer_list<const float*> douts, const float* inp,
                                         std::initializer_list<const float*> weights,
                                         const float* saved, std::initializer_list<int> widths,
                                         int N, int IC);
@@ -152,8 +150,8 @@ class Numerics {
   // causal mask) v, heads concatenated. saved: attention_saved_floats() floats kept for
   // backward (probabilities, or log-sum-exp rows for a fused kernel).
   virtual size_t attention_saved_floats(int B, int T, int C, int NH) const = 0;
-  virtual void attention_forward(float* out, float* saved, const float* qkv, int B, int T,
-                                 int C, int NH) = 0;
+  virtual void attention_forward(float* out, float* saved, const float* qkv, int B, int T, int C,
+                                 int NH) = 0;
   virtual void attention_backward(float* dqkv, const float* dout, const float* qkv,
                                   const float* out, const float* saved, int B, int T, int C,
                                   int NH) = 0;
@@ -164,7 +162,7 @@ class Numerics {
 
   // --- elementwise ----------------------------------------------------------------------
   virtual void add(float* out, const float* a, const float* b, size_t n) = 0;  // out may alias
-  virtual void add_inplace(float* acc, const float* x, size_t n) = 0;  // acc += x
+  virtual void add_inplace(float* acc, const float* x, size_t n) = 0;          // acc += x
 
   // --- classifier: mean cross-entropy over N rows of logits[N, Vp] --------------------
   // Only the first V columns are real; padded columns are excluded from the softmax.
@@ -194,8 +192,8 @@ class Numerics {
   // then the path through the variance). dinp must not alias dresidual or dout. The default
   // is rmsnorm_backward, then add_inplace of dresidual.
   virtual void rmsnorm_backward_residual(float* dinp, float* dweight, const float* dout,
-                                         const float* inp, const float* weight,
-                                         const float* rstd, const float* dresidual, int N, int C);
+                                         const float* inp, const float* weight, const float* rstd,
+                                         const float* dresidual, int N, int C);
   // cos, sin of the angles t * theta^(-2i/hd) for positions [0, T), computed once at start-up
   // in a layout of the profile's own, rope_table_floats(T, hd) floats each, which only its
   // rope_forward/backward read. The default is [T, hd/2]; torch-cpu keeps torch's [T, hd],
@@ -205,8 +203,8 @@ class Numerics {
   virtual void rope_tables(float* cos, float* sin, int T, int hd, double theta);
   // Rows of n_heads*hd floats, B*T rows (row b*T+t at position t); Hugging Face's
   // rotate_half convention; out/dinp overwritten, never aliasing the input.
-  virtual void rope_forward(float* out, const float* inp, const float* cos, const float* sin,
-                            int B, int T, int n_heads, int hd);
+  virtual void rope_forward(float* out, const float* inp, const float* cos, const float* sin, int B,
+                            int T, int n_heads, int hd);
   virtual void rope_backward(float* dinp, const float* dout, const float* cos, const float* sin,
                              int B, int T, int n_heads, int hd);
   // out = silu(gate) * up over n values; dgate, dup overwritten.

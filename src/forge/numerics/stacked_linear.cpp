@@ -34,8 +34,7 @@ bool stacked_siblings_forward(Numerics& nx, std::span<float> stacked,
                               std::initializer_list<const float*> weights,
                               std::initializer_list<int> widths, int N, int IC) {
   const int rows = stacked_width(weights, widths, IC);
-  if (rows == 0 || outs.size() != weights.size() ||
-      static_cast<size_t>(N) * rows > stacked.size())
+  if (rows == 0 || outs.size() != weights.size() || static_cast<size_t>(N) * rows > stacked.size())
     return false;
   nx.linear_forward(stacked.data(), saved, inp, *weights.begin(), nullptr, N, IC, rows);
   kernels::cpu::split_columns(outs.begin(), widths.begin(), static_cast<int>(outs.size()),
@@ -54,8 +53,8 @@ bool stacked_siblings_backward(Numerics& nx, std::span<float> stacked, float* di
     return false;
   kernels::cpu::join_columns(stacked.data(), douts.begin(), widths.begin(),
                              static_cast<int>(douts.size()), N);
-  nx.linear_backward(dinp, *dweights.begin(), nullptr, stacked.data(), inp, *weights.begin(),
-                     saved, N, IC, rows);
+  nx.linear_backward(dinp, *dweights.begin(), nullptr, stacked.data(), inp, *weights.begin(), saved,
+                     N, IC, rows);
   return true;
 }
 

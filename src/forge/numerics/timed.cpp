@@ -14,7 +14,9 @@ auto TimedNumerics::timed(const char* op, F&& f) {
   struct Stop {
     double& total;
     std::chrono::steady_clock::time_point t0 = std::chrono::steady_clock::now();
-    ~Stop() { total += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(); }
+    ~Stop() {
+      total += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    }
   } stop{total_of(op)};
   return f();
 }
@@ -38,10 +40,9 @@ void TimedNumerics::layernorm_backward(float* dinp, float* dw, float* db, const 
         [&] { inner_->layernorm_backward(dinp, dw, db, dout, inp, w, mean, rstd, N, C); });
 }
 void TimedNumerics::layernorm_backward_residual(float* dinp, float* dw, float* db,
-                                                const float* dout, const float* inp,
-                                                const float* w, const float* mean,
-                                                const float* rstd, const float* dres, int N,
-                                                int C) {
+                                                const float* dout, const float* inp, const float* w,
+                                                const float* mean, const float* rstd,
+                                                const float* dres, int N, int C) {
   timed("layernorm bwd", [&] {
     inner_->layernorm_backward_residual(dinp, dw, db, dout, inp, w, mean, rstd, dres, N, C);
   });
@@ -78,8 +79,8 @@ void TimedNumerics::linear_backward_siblings(float* dinp, float* scratch,
                                              const float* saved, std::initializer_list<int> widths,
                                              int N, int IC) {
   timed("linear bwd", [&] {
-    inner_->linear_backward_siblings(dinp, scratch, dweights, douts, inp, weights, saved, widths,
-                                     N, IC);
+    inner_->linear_backward_siblings(dinp, scratch, dweights, douts, inp, weights, saved, widths, N,
+                                     IC);
   });
 }
 void TimedNumerics::attention_forward(float* out, float* saved, const float* qkv, int B, int T,
@@ -112,9 +113,8 @@ float TimedNumerics::cross_entropy_forward(float* saved, const float* logits,
 void TimedNumerics::cross_entropy_backward(float* dlogits, const float* logits, const float* saved,
                                            const int32_t* targets, int N, int V, int Vp,
                                            float dloss) {
-  timed("cross-entropy bwd", [&] {
-    inner_->cross_entropy_backward(dlogits, logits, saved, targets, N, V, Vp, dloss);
-  });
+  timed("cross-entropy bwd",
+        [&] { inner_->cross_entropy_backward(dlogits, logits, saved, targets, N, V, Vp, dloss); });
 }
 double TimedNumerics::optimizer_step(ParamRef* params, int count, const OptimizerStep& hp) {
   return timed("clip + AdamW", [&] { return inner_->optimizer_step(params, count, hp); });
@@ -129,12 +129,10 @@ void TimedNumerics::rmsnorm_backward(float* dinp, float* dw, const float* dout, 
   timed("rmsnorm bwd", [&] { inner_->rmsnorm_backward(dinp, dw, dout, inp, w, rstd, N, C); });
 }
 void TimedNumerics::rmsnorm_backward_residual(float* dinp, float* dw, const float* dout,
-                                              const float* inp, const float* w,
-                                              const float* rstd, const float* dres, int N,
-                                              int C) {
-  timed("rmsnorm bwd", [&] {
-    inner_->rmsnorm_backward_residual(dinp, dw, dout, inp, w, rstd, dres, N, C);
-  });
+                                              const float* inp, const float* w, const float* rstd,
+                                              const float* dres, int N, int C) {
+  timed("rmsnorm bwd",
+        [&] { inner_->rmsnorm_backward_residual(dinp, dw, dout, inp, w, rstd, dres, N, C); });
 }
 void TimedNumerics::rope_forward(float* out, const float* inp, const float* cos, const float* sin,
                                  int B, int T, int n_heads, int hd) {

@@ -35,8 +35,8 @@ class TimedNumerics final : public Numerics {
 
   void embedding_forward(float* out, const int32_t* tokens, const float* wte, const float* wpe,
                          int B, int T, int C) override;
-  void embedding_backward(float* dwte, float* dwpe, const float* dout, const int32_t* tokens,
-                          int B, int T, int C) override;
+  void embedding_backward(float* dwte, float* dwpe, const float* dout, const int32_t* tokens, int B,
+                          int T, int C) override;
   void layernorm_forward(float* out, float* mean, float* rstd, const float* inp,
                          const float* weight, const float* bias, int N, int C, float eps) override;
   void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* dout,
@@ -87,11 +87,11 @@ class TimedNumerics final : public Numerics {
   double optimizer_step(ParamRef* params, int count, const OptimizerStep& hp) override;
 
   // llama ops
-  void rmsnorm_forward(float* out, float* rstd, const float* inp, const float* weight, int N,
-                       int C, float eps) override;
-  void rmsnorm_backward_residual(float* dinp, float* dweight, const float* dout,
-                                 const float* inp, const float* weight, const float* rstd,
-                                 const float* dresidual, int N, int C) override;
+  void rmsnorm_forward(float* out, float* rstd, const float* inp, const float* weight, int N, int C,
+                       float eps) override;
+  void rmsnorm_backward_residual(float* dinp, float* dweight, const float* dout, const float* inp,
+                                 const float* weight, const float* rstd, const float* dresidual,
+                                 int N, int C) override;
   void rmsnorm_backward(float* dinp, float* dweight, const float* dout, const float* inp,
                         const float* weight, const float* rstd, int N, int C) override;
   size_t rope_table_floats(int T, int hd) const override {
@@ -100,8 +100,8 @@ class TimedNumerics final : public Numerics {
   void rope_tables(float* cos, float* sin, int T, int hd, double theta) override {
     inner_->rope_tables(cos, sin, T, hd, theta);
   }
-  void rope_forward(float* out, const float* inp, const float* cos, const float* sin, int B,
-                    int T, int n_heads, int hd) override;
+  void rope_forward(float* out, const float* inp, const float* cos, const float* sin, int B, int T,
+                    int n_heads, int hd) override;
   void rope_backward(float* dinp, const float* dout, const float* cos, const float* sin, int B,
                      int T, int n_heads, int hd) override;
   void swiglu_forward(float* out, const float* gate, const float* up, size_t n) override;
@@ -113,9 +113,8 @@ class TimedNumerics final : public Numerics {
   void gqa_attention_forward(float* out, float* saved, const float* q, const float* k,
                              const float* v, int B, int T, int NH, int KVH, int hd) override;
   void gqa_attention_backward(float* dq, float* dk, float* dv, const float* dout, const float* q,
-                              const float* k, const float* v, const float* out,
-                              const float* saved, int B, int T, int NH, int KVH,
-                              int hd) override;
+                              const float* k, const float* v, const float* out, const float* saved,
+                              int B, int T, int NH, int KVH, int hd) override;
 
  private:
   template <typename F>

@@ -50,7 +50,8 @@ class TorchCpuNumerics final : public Numerics {
     }
     ln_scratch_.assign(static_cast<size_t>(tcpu::layernorm_backward_scratch(s.C, threads)), 0.f);
     const int64_t vrows = std::max(s.V, s.Vp);
-    emb_ints_.assign(static_cast<size_t>(tcpu::embedding_backward_scratch_ints(s.B, s.T, vrows)), 0);
+    emb_ints_.assign(static_cast<size_t>(tcpu::embedding_backward_scratch_ints(s.B, s.T, vrows)),
+                     0);
     emb_row_.assign(static_cast<size_t>(s.C), 0.f);
     norms_.assign(static_cast<size_t>(12 * std::max(1, s.L) + 8), 0.f);
   }
@@ -59,8 +60,8 @@ class TorchCpuNumerics final : public Numerics {
                          int B, int T, int C) override {
     tcpu::embedding_forward(out, tokens, wte, wpe, B, T, C);
   }
-  void embedding_backward(float* dwte, float* dwpe, const float* dout, const int32_t* tokens,
-                          int B, int T, int C) override {
+  void embedding_backward(float* dwte, float* dwpe, const float* dout, const int32_t* tokens, int B,
+                          int T, int C) override {
     // Rows past the largest token id receive nothing; the bucket sort needs only that range.
     int32_t vmax = 0;
     for (int64_t i = 0; i < int64_t{B} * T; ++i) vmax = std::max(vmax, tokens[i]);
@@ -72,8 +73,7 @@ class TorchCpuNumerics final : public Numerics {
   }
 
   void layernorm_forward(float* out, float* mean, float* rstd, const float* inp,
-                         const float* weight, const float* bias, int N, int C,
-                         float eps) override {
+                         const float* weight, const float* bias, int N, int C, float eps) override {
     tcpu::layernorm_forward(out, mean, rstd, inp, weight, bias, N, C, eps);
   }
   void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* dout,
@@ -91,8 +91,8 @@ class TorchCpuNumerics final : public Numerics {
     tcpu::linear_forward(out, inp, weight, bias, N, IC, OC);
   }
   void linear_backward(float* dinp, float* dweight, float* dbias, const float* dout,
-                       const float* inp, const float* weight, const float* /*saved*/, int N,
-                       int IC, int OC) override {
+                       const float* inp, const float* weight, const float* /*saved*/, int N, int IC,
+                       int OC) override {
     tcpu::linear_backward(dinp, dweight, dbias, dout, inp, weight, N, IC, OC);
   }
 
@@ -135,15 +135,14 @@ class TorchCpuNumerics final : public Numerics {
     return tcpu::cross_entropy_forward(saved, logits, targets, N, V, Vp);
   }
   void cross_entropy_backward(float* dlogits, const float* logits, const float* saved,
-                              const int32_t* targets, int N, int V, int Vp,
-                              float dloss) override {
+                              const int32_t* targets, int N, int V, int Vp, float dloss) override {
     (void)logits;
     tcpu::cross_entropy_backward(dlogits, saved, targets, N, V, Vp, dloss);
   }
 
   // --- Llama family: reference/forge_ref/llama.py's ops (torch_cpu_llama.h) ---------------
-  void rmsnorm_forward(float* out, float* rstd, const float* inp, const float* weight, int N,
-                       int C, float eps) override {
+  void rmsnorm_forward(float* out, float* rstd, const float* inp, const float* weight, int N, int C,
+                       float eps) override {
     tcpu::rmsnorm_forward(out, rstd, inp, weight, N, C, eps);
   }
   void rmsnorm_backward(float* dinp, float* dweight, const float* dout, const float* inp,
@@ -152,9 +151,9 @@ class TorchCpuNumerics final : public Numerics {
     tcpu::rmsnorm_backward(dinp, dweight, dout, inp, weight, rstd, nullptr, N, C,
                            rms_scratch_.data());
   }
-  void rmsnorm_backward_residual(float* dinp, float* dweight, const float* dout,
-                                 const float* inp, const float* weight, const float* rstd,
-                                 const float* dresidual, int N, int C) override {
+  void rmsnorm_backward_residual(float* dinp, float* dweight, const float* dout, const float* inp,
+                                 const float* weight, const float* rstd, const float* dresidual,
+                                 int N, int C) override {
     ensure(rms_scratch_, tcpu::rmsnorm_backward_scratch(N, C));
     tcpu::rmsnorm_backward(dinp, dweight, dout, inp, weight, rstd, dresidual, N, C,
                            rms_scratch_.data());
@@ -165,8 +164,8 @@ class TorchCpuNumerics final : public Numerics {
   void rope_tables(float* cos, float* sin, int T, int hd, double theta) override {
     tcpu::rope_tables(cos, sin, T, hd, theta);
   }
-  void rope_forward(float* out, const float* inp, const float* cos, const float* sin, int B,
-                    int T, int n_heads, int hd) override {
+  void rope_forward(float* out, const float* inp, const float* cos, const float* sin, int B, int T,
+                    int n_heads, int hd) override {
     tcpu::rope_forward(out, inp, cos, sin, B, T, n_heads, hd);
   }
   void rope_backward(float* dinp, const float* dout, const float* cos, const float* sin, int B,
@@ -190,10 +189,9 @@ class TorchCpuNumerics final : public Numerics {
     ensure(gqa_scratch_, tcpu::gqa_attention_scratch_floats(B, T, NH, hd));
     tcpu::gqa_attention_forward(out, saved, q, k, v, B, T, NH, KVH, hd, gqa_scratch_.data());
   }
-  void gqa_attention_backward(float* dq, float* dk, float* dv, const float* dout,
-                              const float* q, const float* k, const float* v, const float* out,
-                              const float* saved, int B, int T, int NH, int KVH,
-                              int hd) override {
+  void gqa_attention_backward(float* dq, float* dk, float* dv, const float* dout, const float* q,
+                              const float* k, const float* v, const float* out, const float* saved,
+                              int B, int T, int NH, int KVH, int hd) override {
     (void)out;
     ensure(gqa_scratch_, tcpu::gqa_attention_scratch_floats(B, T, NH, hd));
     tcpu::gqa_attention_backward(dq, dk, dv, dout, q, k, v, saved, B, T, NH, KVH, hd,
@@ -214,9 +212,8 @@ class TorchCpuNumerics final : public Numerics {
                                              hp.max_grad_norm, norms_.data());
     for (int i = 0; i < count; ++i) {
       const ParamRef& p = params[i];
-      tcpu::adamw_step(p.param, p.grad, p.exp_avg, p.exp_avg_sq,
-                       static_cast<int64_t>(p.numel), hp.lr, hp.beta1, hp.beta2, hp.eps,
-                       p.decay ? hp.weight_decay : 0.0, hp.step);
+      tcpu::adamw_step(p.param, p.grad, p.exp_avg, p.exp_avg_sq, static_cast<int64_t>(p.numel),
+                       hp.lr, hp.beta1, hp.beta2, hp.eps, p.decay ? hp.weight_decay : 0.0, hp.step);
     }
     return static_cast<double>(total);
   }
@@ -237,8 +234,6 @@ class TorchCpuNumerics final : public Numerics {
 
 }  // namespace
 
-std::unique_ptr<Numerics> make_torch_cpu_numerics() {
-  return std::make_unique<TorchCpuNumerics>();
-}
+std::unique_ptr<Numerics> make_torch_cpu_numerics() { return std::make_unique<TorchCpuNumerics>(); }
 
 }  // namespace forge

@@ -16,8 +16,8 @@ size_t peak_rss_bytes() {
   return static_cast<size_t>(u.ru_maxrss) * 1024;
 }
 
-EngineTiming time_engine_steps(const Config& cfg, const std::string& profile, int warmup,
-                               int steps, bool breakdown) {
+EngineTiming time_engine_steps(const Config& cfg, const std::string& profile, int warmup, int steps,
+                               bool breakdown) {
   const int B = cfg.train.batch_size, T = cfg.train.seq_len;
   std::unique_ptr<Numerics> nx = make_numerics(profile);
   TimedNumerics* timer = breakdown ? TimedNumerics::wrap(nx) : nullptr;
@@ -42,8 +42,9 @@ EngineTiming time_engine_steps(const Config& cfg, const std::string& profile, in
     const auto t0 = std::chrono::steady_clock::now();
     model->forward(x.data(), y.data(), B, T);
     model->backward(1.0f, grads.data());
-    OptimizerStep hp{cfg.train.lr, cfg.train.beta1, cfg.train.beta2, cfg.train.eps,
-                     cfg.train.weight_decay, cfg.train.grad_clip, s + 1};
+    OptimizerStep hp{cfg.train.lr,  cfg.train.beta1,        cfg.train.beta2,
+                     cfg.train.eps, cfg.train.weight_decay, cfg.train.grad_clip,
+                     s + 1};
     nx->optimizer_step(refs.data(), static_cast<int>(refs.size()), hp);
     const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     if (s >= warmup) out.step_seconds.push_back(dt);
@@ -55,10 +56,9 @@ EngineTiming time_engine_steps(const Config& cfg, const std::string& profile, in
 }
 
 const std::map<std::string, std::string>& torch_malloc_tuning() {
-  static const std::map<std::string, std::string> env = {
-      {"MALLOC_MMAP_THRESHOLD_", "33554432"},
-      {"MALLOC_TRIM_THRESHOLD_", "17179869184"},
-      {"MALLOC_TOP_PAD_", "1073741824"}};
+  static const std::map<std::string, std::string> env = {{"MALLOC_MMAP_THRESHOLD_", "33554432"},
+                                                         {"MALLOC_TRIM_THRESHOLD_", "17179869184"},
+                                                         {"MALLOC_TOP_PAD_", "1073741824"}};
   return env;
 }
 

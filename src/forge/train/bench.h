@@ -16,7 +16,7 @@ struct EngineTiming {
   double flops_per_token = 0;
   size_t peak_rss_bytes = 0;
   std::map<std::string, double> op_seconds;  // per step, when a breakdown was asked for
-  std::string arithmetic;                      // Numerics::arithmetic() of the profile run
+  std::string arithmetic;                    // Numerics::arithmetic() of the profile run
 };
 
 EngineTiming time_engine_steps(const Config& config, const std::string& profile, int warmup,

@@ -27,7 +27,8 @@ struct FileView {
     storage.reserve(layout.tensors().size());
     for (const auto& p : layout.tensors()) {
       storage.emplace_back();
-      w.add_f32(prefix + p.name, p.file_shape(), to_file_layout(p, base + p.offset, storage.back()));
+      w.add_f32(prefix + p.name, p.file_shape(),
+                to_file_layout(p, base + p.offset, storage.back()));
     }
   }
 };

@@ -6,22 +6,21 @@
 
 #include <array>
 #include <cstdint>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "forge/model/params.h"
 
 namespace forge {
 
 struct TrainState {
-  int64_t step = 0;           // optimizer steps completed
-  uint64_t data_cursor = 0;   // DataLoader cursor for the next micro-batch
+  int64_t step = 0;          // optimizer steps completed
+  uint64_t data_cursor = 0;  // DataLoader cursor for the next micro-batch
   std::array<uint64_t, 4> rng{};
   double tokens_seen = 0;
-  nlohmann::json config;      // the config the run was started with
-  int world_size = 1;         // DP: ranks of the run that wrote it (1 when absent: older files)
+  nlohmann::json config;  // the config the run was started with
+  int world_size = 1;     // DP: ranks of the run that wrote it (1 when absent: older files)
 };
 
 // One tensor in file layout: a view of src, or a transposed copy held in scratch.

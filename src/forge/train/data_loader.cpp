@@ -6,12 +6,17 @@ namespace forge {
 
 DataLoader::DataLoader(const std::string& path, int B, int T, int rank, int world,
                        ShardFormat format)
-    : shard_(std::make_unique<ShardReader>(path, format)), B_(B), T_(T), rank_(rank),
+    : shard_(std::make_unique<ShardReader>(path, format)),
+      B_(B),
+      T_(T),
+      rank_(rank),
       world_(world) {
   const uint64_t need = static_cast<uint64_t>(world) * B * T + 1;
   if (shard_->size() < need)
-    fail("{}: the shard holds {} tokens, fewer than one global batch needs ({} = {} ranks x B={} "
-         "x T={} + 1)", path, shard_->size(), need, world, B, T);
+    fail(
+        "{}: the shard holds {} tokens, fewer than one global batch needs ({} = {} ranks x B={} "
+        "x T={} + 1)",
+        path, shard_->size(), need, world, B, T);
   window_.resize(static_cast<size_t>(B) * T + 1);
 }
 
@@ -30,8 +35,10 @@ void DataLoader::next(int32_t* inputs, int32_t* targets) {
 void DataLoader::set_cursor(uint64_t pos) {
   const uint64_t step = static_cast<uint64_t>(world_) * B_ * T_;
   if (pos + step + 1 > shard_->size())
-    fail("{}: data cursor {} is beyond the shard's {} tokens (was the checkpoint made with "
-         "another shard?)", shard_->path(), pos, shard_->size());
+    fail(
+        "{}: data cursor {} is beyond the shard's {} tokens (was the checkpoint made with "
+        "another shard?)",
+        shard_->path(), pos, shard_->size());
   pos_ = pos;
 }
 

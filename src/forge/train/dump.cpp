@@ -33,8 +33,8 @@ void DumpWriter::capture_grads(const ParamLayout& layout, const float* grads) {
   }
 }
 
-void DumpWriter::finish_step(int64_t step, double loss, double grad_norm,
-                             const ParamLayout& layout, const float* params) {
+void DumpWriter::finish_step(int64_t step, double loss, double grad_norm, const ParamLayout& layout,
+                             const float* params) {
   std::vector<float> scratch;
   for (const auto& p : layout.tensors()) {
     const float* src = to_file_layout(p, params + p.offset, scratch);
@@ -56,7 +56,8 @@ void DumpWriter::finish_step(int64_t step, double loss, double grad_norm,
   index["level"] = level_;
   index["steps"] = steps_written_;
   nlohmann::json files = nlohmann::json::object();
-  for (int64_t s : steps_written_) files[std::to_string(s)] = fmt::format("step_{:06d}.safetensors", s);
+  for (int64_t s : steps_written_)
+    files[std::to_string(s)] = fmt::format("step_{:06d}.safetensors", s);
   index["files"] = files;
   write_text_atomic(dir_ + "/index.json", index.dump(2) + "\n");
 }

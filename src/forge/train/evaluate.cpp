@@ -44,7 +44,8 @@ std::vector<int32_t> generate(Model& model, std::vector<int32_t> tokens, int T,
   auto prefill = [&]() -> const float* {
     model.reset_kv_cache();
     const float* l = nullptr;
-    for (size_t i = start; i < tokens.size(); ++i) l = model.decode_step(tokens[i], static_cast<int>(i - start));
+    for (size_t i = start; i < tokens.size(); ++i)
+      l = model.decode_step(tokens[i], static_cast<int>(i - start));
     in_cache = static_cast<int>(tokens.size() - start);
     return l;
   };

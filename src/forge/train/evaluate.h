@@ -19,7 +19,7 @@ struct SampleOptions {
   double temperature = 1.0;  // 0 = greedy
   int top_k = 0;             // 0 = whole vocabulary
   uint64_t seed = 42;
-  bool kv_cache = true;      // incremental decoding where the model family has a cache
+  bool kv_cache = true;  // incremental decoding where the model family has a cache
 };
 
 // Appends up to max_new_tokens to the prompt, calling on_token for each one as it is made.

@@ -1,7 +1,6 @@
 #include "forge/train/loaded_model.h"
 
 #include <filesystem>
-
 #include <nlohmann/json.hpp>
 
 #include "forge/core/error.h"

@@ -20,7 +20,7 @@ struct LoadedModel {
 
 // config_path may be empty when checkpoint is a directory. B, T: largest micro-batch;
 // B, T <= 0 mean the config's train.batch_size and train.seq_len.
-LoadedModel load_trained_model(const std::string& checkpoint, const std::string& config_path,
-                               int B, int T, const std::string& numerics = "fast");
+LoadedModel load_trained_model(const std::string& checkpoint, const std::string& config_path, int B,
+                               int T, const std::string& numerics = "fast");
 
 }  // namespace forge

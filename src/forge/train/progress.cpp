@@ -8,14 +8,19 @@
 namespace forge {
 
 Progress::Progress(int64_t total, int64_t start, bool enabled)
-    : total_(total), start_(start), done_(start), tty_(enabled && isatty(fileno(stderr))),
-      t0_(std::chrono::steady_clock::now()), last_draw_(t0_) {}
+    : total_(total),
+      start_(start),
+      done_(start),
+      tty_(enabled && isatty(fileno(stderr))),
+      t0_(std::chrono::steady_clock::now()),
+      last_draw_(t0_) {}
 
 void Progress::draw() {
   if (!tty_ || total_ <= 0) return;
   const double frac = static_cast<double>(done_) / total_;
   const int width = 30, filled = static_cast<int>(frac * width);
-  const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0_).count();
+  const double elapsed =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0_).count();
   const double rate = done_ > start_ ? elapsed / (done_ - start_) : 0;
   const int eta = static_cast<int>(rate * (total_ - done_));
   fmt::print(stderr, "\r[{}{}] {}/{} loss {:.4f} eta {}m{:02d}s \033[K", std::string(filled, '#'),

@@ -10,9 +10,8 @@
 #include <filesystem>
 #include <fstream>
 #include <limits>
-#include <vector>
-
 #include <nlohmann/json.hpp>
+#include <vector>
 
 #include "forge/core/error.h"
 #include "forge/core/peak.h"
@@ -48,19 +47,22 @@ double median(std::vector<double> v) {
 // DP: the global batch is B x T x grad_accum_steps x ranks, so a checkpoint of W ranks with
 // A accumulation steps resumes on W' ranks with A' steps when A*W == A'*W' (the data order
 // is the same; docs/formats.md).
-void check_resume_compatible(const Config& cfg, const nlohmann::json& saved,
-                             const std::string& dir, int saved_world, int world) {
+void check_resume_compatible(const Config& cfg, const nlohmann::json& saved, const std::string& dir,
+                             int saved_world, int world) {
   Config old = parse_config(saved, dir + "/state.json");
   const ModelConfig &a = cfg.model, &b = old.model;
   if (config_to_json(cfg)["model"] != config_to_json(old)["model"])
-    fail("{}: checkpoint was made for another model (n_layer {} vs {}, n_embd {} vs {}, vocab {} "
-         "vs {})", dir, b.n_layer, a.n_layer, b.n_embd, a.n_embd, b.vocab_size, a.vocab_size);
+    fail(
+        "{}: checkpoint was made for another model (n_layer {} vs {}, n_embd {} vs {}, vocab {} "
+        "vs {})",
+        dir, b.n_layer, a.n_layer, b.n_embd, a.n_embd, b.vocab_size, a.vocab_size);
   if (cfg.train.batch_size != old.train.batch_size || cfg.train.seq_len != old.train.seq_len ||
       cfg.train.grad_accum_steps * world != old.train.grad_accum_steps * saved_world)
-    fail("{}: checkpoint was made with another batch (B={}, T={}, grad_accum_steps {} x {} "
-         "ranks; now B={}, T={}, {} x {} ranks); resuming would change the data order", dir,
-         old.train.batch_size, old.train.seq_len, old.train.grad_accum_steps, saved_world,
-         cfg.train.batch_size, cfg.train.seq_len, cfg.train.grad_accum_steps, world);
+    fail(
+        "{}: checkpoint was made with another batch (B={}, T={}, grad_accum_steps {} x {} "
+        "ranks; now B={}, T={}, {} x {} ranks); resuming would change the data order",
+        dir, old.train.batch_size, old.train.seq_len, old.train.grad_accum_steps, saved_world,
+        cfg.train.batch_size, cfg.train.seq_len, cfg.train.grad_accum_steps, world);
 }
 
 }  // namespace
@@ -71,7 +73,8 @@ TrainResult run_training(const TrainOptions& opt) {
   if (opt.steps >= 0) cfg.train.steps = opt.steps;
   if (!opt.out_dir.empty()) cfg.out_dir = opt.out_dir;
   validate_config(cfg);
-  if (cfg.data.train.empty()) fail("{}: field 'data.train': a training shard is required", cfg.path);
+  if (cfg.data.train.empty())
+    fail("{}: field 'data.train': a training shard is required", cfg.path);
   const TrainConfig& tc = cfg.train;
   const int B = tc.batch_size, T = tc.seq_len, accum = tc.grad_accum_steps;
 
@@ -88,11 +91,13 @@ TrainResult run_training(const TrainOptions& opt) {
       if (std::uncaught_exceptions() > 0) c.mark_failed();
     }
   } fail_guard{*comm};
-  const auto sharding = world > 1 ? dist::choose_sharding(opt.dp_sharding) : dist::OptimizerSharding::Replicated;
+  const auto sharding =
+      world > 1 ? dist::choose_sharding(opt.dp_sharding) : dist::OptimizerSharding::Replicated;
   const bool zero1 = sharding == dist::OptimizerSharding::Zero1;
   if (zero1 && !opt.dump_dir.empty())
-    fail("--dump: with ZeRO-1 sharding no rank holds the full gradients; dump a "
-         "replicated run instead");
+    fail(
+        "--dump: with ZeRO-1 sharding no rank holds the full gradients; dump a "
+        "replicated run instead");
 
   if (lead) {
     ensure_writable_dir(cfg.out_dir);
@@ -128,9 +133,9 @@ TrainResult run_training(const TrainOptions& opt) {
     // DP: checkpoints hold the full optimizer state, so any number of ranks (sharded or
     // not) resumes from them: ZeRO-1 ranks keep their own elements of it.
     FloatBuffer full_m(zero1 ? P : 0), full_v(zero1 ? P : 0);
-    TrainState saved = load_checkpoint(opt.resume, layout, model->params(),
-                                       zero1 ? full_m.data() : exp_avg.data(),
-                                       zero1 ? full_v.data() : exp_avg_sq.data());
+    TrainState saved =
+        load_checkpoint(opt.resume, layout, model->params(), zero1 ? full_m.data() : exp_avg.data(),
+                        zero1 ? full_v.data() : exp_avg_sq.data());
     check_resume_compatible(cfg, saved.config, opt.resume, saved.world_size, world);
     if (zero1) dp->load_shard(full_m.data(), full_v.data());
     state.step = saved.step;
@@ -153,20 +158,25 @@ TrainResult run_training(const TrainOptions& opt) {
   // machine (240 GFLOP/s where 460 was measured minutes later) and printed an MFU of 130%.
   Peak peak = measure_peak(threads, 0.3);
   const double flops_per_token = model->train_flops_per_token(T);
-  const int64_t last_step = opt.stop_after >= 0 ? std::min<int64_t>(opt.stop_after, tc.steps)
-                                                : tc.steps;
+  const int64_t last_step =
+      opt.stop_after >= 0 ? std::min<int64_t>(opt.stop_after, tc.steps) : tc.steps;
   // DP: ranks other than 0 write their (identical) metrics nowhere.
-  std::FILE* metrics = lead ? std::fopen((cfg.out_dir + "/metrics.jsonl").c_str(),
-                                         state.step > 0 ? "a" : "w")
-                            : std::fopen("/dev/null", "w");
+  std::FILE* metrics =
+      lead ? std::fopen((cfg.out_dir + "/metrics.jsonl").c_str(), state.step > 0 ? "a" : "w")
+           : std::fopen("/dev/null", "w");
   if (!metrics) fail("{}: cannot write metrics.jsonl", cfg.out_dir);
-  struct Closer { std::FILE* f; ~Closer() { std::fclose(f); } } closer{metrics};
+  struct Closer {
+    std::FILE* f;
+    ~Closer() { std::fclose(f); }
+  } closer{metrics};
 
   const bool talk = !opt.quiet && lead;  // DP: rank 0 speaks for all
   if (talk)
-    fmt::print("forge train: {} ({} parameters), numerics {} ({}), B={} T={} accum={}, {} "
-               "threads, peak {:.1f} GFLOP/s fp32\n", cfg.path, layout.numel(), numerics->name(),
-               numerics->arithmetic(), B, T, accum, threads, peak.fp32_flops / 1e9);
+    fmt::print(
+        "forge train: {} ({} parameters), numerics {} ({}), B={} T={} accum={}, {} "
+        "threads, peak {:.1f} GFLOP/s fp32\n",
+        cfg.path, layout.numel(), numerics->name(), numerics->arithmetic(), B, T, accum, threads,
+        peak.fp32_flops / 1e9);
   if (talk && dp) fmt::print("{}\n", dp->describe());
 
   std::vector<int32_t> inputs(static_cast<size_t>(B) * T), targets(inputs.size());
@@ -196,8 +206,9 @@ TrainResult run_training(const TrainOptions& opt) {
     if (cfg.data.val.empty()) return;
     const double val = evaluate_loss(*model, cfg.data.val, B, T, tc.eval_batches);
     result.val_loss = val;
-    if (lead) progress.message(fmt::format("step {:>6} | val loss {:.4f} | val ppl {:.2f}", step, val,
-                                 std::exp(val)));
+    if (lead)
+      progress.message(
+          fmt::format("step {:>6} | val loss {:.4f} | val ppl {:.2f}", step, val, std::exp(val)));
     fmt::print(metrics, "{}\n", nlohmann::json{{"step", step}, {"val_loss", val}}.dump());
     std::fflush(metrics);
   };
@@ -272,15 +283,21 @@ TrainResult run_training(const TrainOptions& opt) {
     result.last_loss = loss;
     result.steps_done = step + 1;
     fmt::print(metrics, "{}\n",
-               nlohmann::json{{"step", step + 1}, {"loss", loss}, {"lr", hp.lr},
-                              {"grad_norm", grad_norm}, {"ms", secs * 1e3},
-                              {"tokens_per_s", tps}, {"mfu", mfu},
-                              {"comm_wait_ms", comm_wait * 1e3}}.dump());
+               nlohmann::json{{"step", step + 1},
+                              {"loss", loss},
+                              {"lr", hp.lr},
+                              {"grad_norm", grad_norm},
+                              {"ms", secs * 1e3},
+                              {"tokens_per_s", tps},
+                              {"mfu", mfu},
+                              {"comm_wait_ms", comm_wait * 1e3}}
+                   .dump());
     std::fflush(metrics);
     if (talk && ((step + 1) % std::max(1, tc.log_interval) == 0 || step == 0))
       progress.message(fmt::format(
           "step {:>6}/{} | loss {:.4f} | lr {:.3e} | norm {:.4f} | {:.1f} ms | {:.0f} tok/s | "
-          "MFU {:.1f}%", step + 1, tc.steps, loss, hp.lr, grad_norm, secs * 1e3, tps, 100 * mfu));
+          "MFU {:.1f}%",
+          step + 1, tc.steps, loss, hp.lr, grad_norm, secs * 1e3, tps, 100 * mfu));
     progress.update(step + 1, loss);
 
     const bool at_end = step + 1 == last_step;
@@ -301,19 +318,21 @@ TrainResult run_training(const TrainOptions& opt) {
     if (again.fp32_flops > peak.fp32_flops) {
       peak = again;
       result.mfu = flops_per_token * result.tokens_per_s / (peak.fp32_flops * world);
-      if (talk) fmt::print("peak re-measured at the end: {:.1f} GFLOP/s fp32\n",
-                           peak.fp32_flops / 1e9);
+      if (talk)
+        fmt::print("peak re-measured at the end: {:.1f} GFLOP/s fp32\n", peak.fp32_flops / 1e9);
     }
   }
   if (talk && dp)
-    fmt::print("data parallel: {:.1f}% of the step time blocked on communication; {:.1f} of {} "
-               "buckets per micro-step started while backward ran\n",
-               step_time_total > 0 ? 100 * comm_wait_total / step_time_total : 0.0,
-               dp->buckets_started_in_backward(), dp->bucket_count());
+    fmt::print(
+        "data parallel: {:.1f}% of the step time blocked on communication; {:.1f} of {} "
+        "buckets per micro-step started while backward ran\n",
+        step_time_total > 0 ? 100 * comm_wait_total / step_time_total : 0.0,
+        dp->buckets_started_in_backward(), dp->bucket_count());
   if (talk)
-    fmt::print("done: {} steps, last loss {:.4f}, median {:.0f} tok/s, MFU {:.1f}%, checkpoint {}\n",
-               result.steps_done, result.last_loss, result.tokens_per_s, 100 * result.mfu,
-               result.checkpoint);
+    fmt::print(
+        "done: {} steps, last loss {:.4f}, median {:.0f} tok/s, MFU {:.1f}%, checkpoint {}\n",
+        result.steps_done, result.last_loss, result.tokens_per_s, 100 * result.mfu,
+        result.checkpoint);
   return result;
 }
 

@@ -56,12 +56,14 @@ int run_command(const Command& cmd) {
   } cleanup{&actions};
   const int flags = O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC;
   if (!cmd.stdout_path.empty())
-    posix_spawn_file_actions_addopen(&actions, STDOUT_FILENO, cmd.stdout_path.c_str(), flags & ~O_CLOEXEC, 0644);
+    posix_spawn_file_actions_addopen(&actions, STDOUT_FILENO, cmd.stdout_path.c_str(),
+                                     flags & ~O_CLOEXEC, 0644);
   if (!cmd.stderr_path.empty()) {
     if (cmd.stderr_path == cmd.stdout_path)
       posix_spawn_file_actions_adddup2(&actions, STDOUT_FILENO, STDERR_FILENO);
     else
-      posix_spawn_file_actions_addopen(&actions, STDERR_FILENO, cmd.stderr_path.c_str(), flags & ~O_CLOEXEC, 0644);
+      posix_spawn_file_actions_addopen(&actions, STDERR_FILENO, cmd.stderr_path.c_str(),
+                                       flags & ~O_CLOEXEC, 0644);
   }
   pid_t pid = 0;
   const std::string& file = cmd.exec_path.empty() ? cmd.argv[0] : cmd.exec_path;

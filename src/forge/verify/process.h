@@ -9,12 +9,12 @@
 namespace forge::verify {
 
 struct Command {
-  std::vector<std::string> argv;             // argv[0] is an absolute path, not looked up
-  std::string exec_path;                     // run this file instead of argv[0] when set
-  std::map<std::string, std::string> env;    // set on top of this process's environment
-  std::vector<std::string> unset_env;        // removed from the child's environment
-  std::string stdout_path;                   // empty: inherit
-  std::string stderr_path;                   // empty: inherit; same as stdout_path: merged
+  std::vector<std::string> argv;           // argv[0] is an absolute path, not looked up
+  std::string exec_path;                   // run this file instead of argv[0] when set
+  std::map<std::string, std::string> env;  // set on top of this process's environment
+  std::vector<std::string> unset_env;      // removed from the child's environment
+  std::string stdout_path;                 // empty: inherit
+  std::string stderr_path;                 // empty: inherit; same as stdout_path: merged
 };
 
 // Runs the command to completion. Returns its exit status, 128 + signal when killed, and

@@ -80,7 +80,8 @@ fs::path find_source_dir(const VerifyOptions& o) {
     return fs::absolute(o.source_dir);
   }
   if (const char* env = std::getenv("FORGE_SOURCE_DIR"); env && *env) {
-    if (!has_reference(env)) fail("FORGE_SOURCE_DIR={}: no reference/forge_ref/train.py there", env);
+    if (!has_reference(env))
+      fail("FORGE_SOURCE_DIR={}: no reference/forge_ref/train.py there", env);
     return fs::absolute(env);
   }
   for (fs::path start : {fs::path(self_executable()).parent_path(), fs::current_path()}) {
@@ -89,8 +90,10 @@ fs::path find_source_dir(const VerifyOptions& o) {
       if (p == p.root_path() || p.empty()) break;
     }
   }
-  fail("cannot find the PyTorch reference (reference/forge_ref/train.py) above {} or {}; pass "
-       "--source-dir", fs::path(self_executable()).parent_path().string(), fs::current_path().string());
+  fail(
+      "cannot find the PyTorch reference (reference/forge_ref/train.py) above {} or {}; pass "
+      "--source-dir",
+      fs::path(self_executable()).parent_path().string(), fs::current_path().string());
 }
 
 std::string last_nonempty_line(const std::string& path) {
@@ -112,8 +115,8 @@ struct Runner {
   fs::path out, logs;
   std::map<std::string, std::string> env;  // thread pinning, for every child
   std::vector<std::string> unset_env;
-  std::string commands;                    // what ran, replayable, for OUT/commands.sh
-  std::string self;                        // this binary's path: the engine
+  std::string commands;  // what ran, replayable, for OUT/commands.sh
+  std::string self;      // this binary's path: the engine
   Phases phases;
 
   // Runs one side; a failure shows the end of its log and names the log. Exit statuses up to
@@ -149,8 +152,9 @@ std::string probe_python(const std::string& python, const std::string& modules,
     fail("{} {} not found: the gate cannot run without it{}", role, python,
          python.find(".venv") != std::string::npos ? " (make setup creates .venv)" : "");
   Command c;
-  c.argv = {python, "-c", "import sys; import " + modules +
-                              "; import torch as _t; sys.stdout.write(_t.__version__)"};
+  c.argv = {
+      python, "-c",
+      "import sys; import " + modules + "; import torch as _t; sys.stdout.write(_t.__version__)"};
   if (modules.find("torch") == std::string::npos)
     c.argv = {python, "-c", "import sys; import " + modules + "; sys.stdout.write('ok')"};
   const std::string base = (logs / ("probe-" + fs::path(python).filename().string())).string();
@@ -183,7 +187,8 @@ void merge_dumps(const fs::path& a, const fs::path& b, const fs::path& out) {
       fail("{}: fields 'steps' and 'files' are required", ipath);
     for (const auto& s : idx["steps"]) {
       const std::string key = std::to_string(s.get<int64_t>());
-      if (!idx["files"].contains(key)) fail("{}: field 'files' has no entry for step {}", ipath, key);
+      if (!idx["files"].contains(key))
+        fail("{}: field 'files' has no entry for step {}", ipath, key);
       const std::string name = idx["files"][key].get<std::string>();
       std::error_code ec;
       fs::remove(out / name);
@@ -193,13 +198,13 @@ void merge_dumps(const fs::path& a, const fs::path& b, const fs::path& out) {
       files[key] = name;
     }
   }
-  nlohmann::json index = {{"format", "forge-dump"}, {"version", 1}, {"source", "forge"},
-                          {"level", 1}, {"steps", steps}, {"files", files}};
+  nlohmann::json index = {{"format", "forge-dump"}, {"version", 1},
+                          {"source", "forge"},      {"level", 1},
+                          {"steps", steps},         {"files", files}};
   write_text_atomic((out / "index.json").string(), index.dump(1) + "\n");
 }
 
 std::string fmt_seconds(double s) { return fmt::format("{:.1f} s", s); }
-
 
 // A comparer report (report.json / calibration.json), parsed.
 nlohmann::json read_report(const std::string& path) {
@@ -332,13 +337,17 @@ int run_verify(const VerifyOptions& o) {
   }
   const int steps = o.steps > 0 ? o.steps : default_steps(gate, cfg.train.steps);
   if (long_run && steps < 200)
-    fail("{} is {}; the {} gate needs at least 200 steps (CONVERGENT averages "
-         "|loss-ref|/ref over steps 101..200)",
-         o.steps > 0 ? std::string("--steps") : o.config + ": field 'train.steps'", steps, gate);
+    fail(
+        "{} is {}; the {} gate needs at least 200 steps (CONVERGENT averages "
+        "|loss-ref|/ref over steps 101..200)",
+        o.steps > 0 ? std::string("--steps") : o.config + ": field 'train.steps'", steps, gate);
   if (long_run && (cfg.data.val.empty() || cfg.train.eval_batches <= 0))
-    fail("{}: fields 'data.val' and 'train.eval_batches': the {} gate compares final "
-         "validation losses, so it needs a validation shard and eval_batches > 0", o.config, gate);
-  if (gate == "resume" && steps < 2) fail("--steps: the resume gate needs at least 2 steps, got {}", steps);
+    fail(
+        "{}: fields 'data.val' and 'train.eval_batches': the {} gate compares final "
+        "validation losses, so it needs a validation shard and eval_batches > 0",
+        o.config, gate);
+  if (gate == "resume" && steps < 2)
+    fail("--steps: the resume gate needs at least 2 steps, got {}", steps);
   int threads = o.threads >= 0 ? o.threads : cfg.train.threads;
   // Pinned even when the config says "all cores": the reference's reduction order depends on it.
   if (threads <= 0) threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
@@ -346,7 +355,8 @@ int run_verify(const VerifyOptions& o) {
   const fs::path src = find_source_dir(o);
   Runner r;
   r.self = self_executable();
-  r.out = fs::absolute(o.out_dir.empty() ? fmt::format("runs/verify/{}-{}", gate, profile) : o.out_dir);
+  r.out =
+      fs::absolute(o.out_dir.empty() ? fmt::format("runs/verify/{}-{}", gate, profile) : o.out_dir);
   r.logs = r.out / "logs";
   ensure_writable_dir(r.out.string());
   // Only what this command writes is cleared: --out may name a folder holding other things.
@@ -383,7 +393,9 @@ int run_verify(const VerifyOptions& o) {
   ensure_writable_dir(r.logs.string());
 
   const std::string nthreads = std::to_string(threads);
-  r.env = {{"OMP_NUM_THREADS", nthreads}, {"OPENBLAS_NUM_THREADS", nthreads}, {"MKL_NUM_THREADS", nthreads}};
+  r.env = {{"OMP_NUM_THREADS", nthreads},
+           {"OPENBLAS_NUM_THREADS", nthreads},
+           {"MKL_NUM_THREADS", nthreads}};
   std::string aten;
   if (const char* v = std::getenv("ATEN_CPU_CAPABILITY"); v && *v) {
     aten = std::string(v) + " (from the environment)";
@@ -436,8 +448,8 @@ int run_verify(const VerifyOptions& o) {
   const std::string S = std::to_string(steps);
   const std::string init = (r.out / "init.safetensors").string();
   const auto out = [&](const char* p) { return (r.out / p).string(); };
-  std::vector<std::string> engine_base = {self, "train", "--config", config, "--numerics", profile,
-                                          "--steps", S, "--quiet"};
+  std::vector<std::string> engine_base = {self,    "train",   "--config", config,   "--numerics",
+                                          profile, "--steps", S,          "--quiet"};
   const auto with = [](std::vector<std::string> a, std::initializer_list<std::string> more) {
     a.insert(a.end(), more);
     return a;
@@ -447,8 +459,9 @@ int run_verify(const VerifyOptions& o) {
   // --calibrate a second one, run by calibrate().
   const auto pytorch_run = [&](const std::string& python, const char* dump, const char* log,
                                std::vector<std::string> dump_args, const std::string& threads) {
-    std::vector<std::string> argv = {python, "-m", "forge_ref.train", "--config", config,
-                                     "--init", init, "--steps", S, "--dump", out(dump)};
+    std::vector<std::string> argv = {python,   "-m", "forge_ref.train", "--config", config,
+                                     "--init", init, "--steps",         S,          "--dump",
+                                     out(dump)};
     argv.insert(argv.end(), dump_args.begin(), dump_args.end());
     return with(argv, {"--threads", threads, "--log-out", out(log)});
   };
@@ -469,9 +482,10 @@ int run_verify(const VerifyOptions& o) {
     dump_desc = fmt::format("level 1 at every step, level 2 (activations) at steps {}", act_steps);
     r.run("reference draws the initial state", "init.log",
           {ref_python, "-m", "forge_ref.train", "--config", config, "--init-out", init}, py_env);
-    r.run(fmt::format("engine trains {} step(s) with dumps", steps), "engine.log",
-          with(engine_base, {"--init", init, "--out-dir", out("engine"), "--dump", out("engine-dump"),
-                             "--dump-level", "2", "--dump-act-steps", act_steps}));
+    r.run(
+        fmt::format("engine trains {} step(s) with dumps", steps), "engine.log",
+        with(engine_base, {"--init", init, "--out-dir", out("engine"), "--dump", out("engine-dump"),
+                           "--dump-level", "2", "--dump-act-steps", act_steps}));
     const std::vector<std::string> level2 = {"--dump-level", "2", "--dump-act-steps", act_steps};
     r.run(fmt::format("reference trains {} step(s) with dumps", steps), "reference.log",
           pytorch_run(ref_python, "ref-dump", "reference.jsonl", level2, nthreads), py_env);
@@ -488,8 +502,10 @@ int run_verify(const VerifyOptions& o) {
     r.run(fmt::format("engine trains steps 1..{} and checkpoints", half), "split-1.log",
           with(engine_base, {"--out-dir", out("split"), "--stop-after", std::to_string(half),
                              "--dump", out("split-dump-1"), "--dump-level", "1"}));
-    const std::string ckpt = (r.out / "split/checkpoints" / fmt::format("step_{:06d}", half)).string();
-    if (!fs::is_directory(ckpt)) fail("{}: the split run left no checkpoint at step {}", ckpt, half);
+    const std::string ckpt =
+        (r.out / "split/checkpoints" / fmt::format("step_{:06d}", half)).string();
+    if (!fs::is_directory(ckpt))
+      fail("{}: the split run left no checkpoint at step {}", ckpt, half);
     r.run(fmt::format("a new engine process resumes and trains steps {}..{}", half + 1, steps),
           "split-2.log",
           with(engine_base, {"--out-dir", out("split"), "--resume", ckpt, "--dump",
@@ -518,15 +534,44 @@ int run_verify(const VerifyOptions& o) {
           {ref_python, "-m", "forge_ref.train", "--config", config, "--init-out", init}, py_env);
     r.run(fmt::format("engine, one process, {} step(s)", steps), "single.log",
           {self, "train", "--config", config, "--numerics", profile, "--steps", S, "--quiet",
-           "--init", init, "--out-dir", out("single"), "--dump", out("single-dump"),
-           "--dump-level", "1"});
+           "--init", init, "--out-dir", out("single"), "--dump", out("single-dump"), "--dump-level",
+           "1"});
     r.run(fmt::format("engine, mpirun -np 2, {} step(s)", steps), "dp.log",
-          {find_on_path("mpirun"), "--allow-run-as-root", "--oversubscribe", "--mca", "btl", "self,vader,tcp",
-           "--mca", "btl_tcp_if_include", "lo", "--mca", "btl_vader_single_copy_mechanism",
-           "none", "-x", "OMP_NUM_THREADS", "-x", "OPENBLAS_NUM_THREADS", "-np", "2",
-           self, "train", "--config", config_dp, "--numerics", profile, "--steps", S,
-           "--quiet", "--init", init, "--out-dir", out("dp"), "--dump", out("dp-dump"),
-           "--dump-level", "1"});
+          {find_on_path("mpirun"),
+           "--allow-run-as-root",
+           "--oversubscribe",
+           "--mca",
+           "btl",
+           "self,vader,tcp",
+           "--mca",
+           "btl_tcp_if_include",
+           "lo",
+           "--mca",
+           "btl_vader_single_copy_mechanism",
+           "none",
+           "-x",
+           "OMP_NUM_THREADS",
+           "-x",
+           "OPENBLAS_NUM_THREADS",
+           "-np",
+           "2",
+           self,
+           "train",
+           "--config",
+           config_dp,
+           "--numerics",
+           profile,
+           "--steps",
+           S,
+           "--quiet",
+           "--init",
+           init,
+           "--out-dir",
+           out("dp"),
+           "--dump",
+           out("dp-dump"),
+           "--dump-level",
+           "1"});
     r.run("2 ranks against one process (BITWISE)", "dp-vs-single.log",
           {cmp_python, "-m", "forge_ref.compare", out("dp-dump"), out("single-dump"), "--gate",
            "dp", "--profile", profile, "--required", "BITWISE", "--md", out("dp-vs-single.md"),
@@ -544,14 +589,25 @@ int run_verify(const VerifyOptions& o) {
     const bool bitwise = profile == "torch-cpu" && gate == "long-horizon";
     const bool perf = gate == "perf";
     dump_desc = bitwise ? "level 1 at every step (BITWISE needs every tensor)"
-                        : perf ? "none (loss curves, final validation losses and step times decide)"
-                               : "none (the loss curves and final validation losses decide)";
+                : perf  ? "none (loss curves, final validation losses and step times decide)"
+                        : "none (the loss curves and final validation losses decide)";
     r.run("reference draws the initial state", "init.log",
           {ref_python, "-m", "forge_ref.train", "--config", config, "--init-out", init}, py_env);
     auto eng = with(engine_base, {"--init", init, "--out-dir", out("engine")});
-    std::vector<std::string> ref = {ref_python, "-m", "forge_ref.train", "--config", config,
-                                    "--init", init, "--steps", S, "--threads", nthreads,
-                                    "--log-out", out("reference.jsonl"), "--val-out",
+    std::vector<std::string> ref = {ref_python,
+                                    "-m",
+                                    "forge_ref.train",
+                                    "--config",
+                                    config,
+                                    "--init",
+                                    init,
+                                    "--steps",
+                                    S,
+                                    "--threads",
+                                    nthreads,
+                                    "--log-out",
+                                    out("reference.jsonl"),
+                                    "--val-out",
                                     out("reference-val.json")};
     if (bitwise) {
       eng = with(eng, {"--dump", out("engine-dump"), "--dump-level", "1"});
@@ -568,11 +624,13 @@ int run_verify(const VerifyOptions& o) {
     r.run(fmt::format("reference trains {} steps", steps), "reference.log", ref, ref_env);
     engine_side = bitwise ? out("engine-dump") : (r.out / "engine/metrics.jsonl").string();
     ref_side = bitwise ? out("ref-dump") : out("reference.jsonl");
-    compare_extra = {"--engine-val", (r.out / "engine/metrics.jsonl").string(), "--ref-val",
-                     out("reference-val.json"), "--plot", out("loss.png")};
+    compare_extra = {"--engine-val", (r.out / "engine/metrics.jsonl").string(),
+                     "--ref-val",    out("reference-val.json"),
+                     "--plot",       out("loss.png")};
     if (bitwise)
-      compare_extra = with(compare_extra, {"--engine-log", (r.out / "engine/metrics.jsonl").string(),
-                                           "--ref-log", out("reference.jsonl")});
+      compare_extra =
+          with(compare_extra, {"--engine-log", (r.out / "engine/metrics.jsonl").string(),
+                               "--ref-log", out("reference.jsonl")});
   }
 
   // Non-bitwise profiles: the key third of c_attn.bias has an exactly zero true gradient, so
@@ -580,9 +638,10 @@ int run_verify(const VerifyOptions& o) {
   const bool exempt_k_bias = profile != "torch-cpu" && gate != "resume" && gate != "perf";
   // The comparer on `side` against ref_side, under the gate's bounds.
   const auto compare = [&](const std::string& side, const char* md, const char* json) {
-    std::vector<std::string> argv = {cmp_python, "-m", "forge_ref.compare", side, ref_side,
-                                     "--gate", gate, "--profile", profile, "--required", required,
-                                     "--md", out(md), "--json", out(json)};
+    std::vector<std::string> argv = {
+        cmp_python,  "-m",    "forge_ref.compare", side,     ref_side, "--gate", gate,
+        "--profile", profile, "--required",        required, "--md",   out(md),  "--json",
+        out(json)};
     if (exempt_k_bias) argv.push_back("--exempt-k-bias");
     return argv;
   };
@@ -593,7 +652,8 @@ int run_verify(const VerifyOptions& o) {
   c.env = py_env;
   c.stdout_path = (r.logs / "compare.out").string();
   c.stderr_path = (r.logs / "compare.err").string();
-  r.commands += "# compare\n" + shell_join({"PYTHONPATH=" + pythonpath}) + " " + shell_join(cmp) + "\n";
+  r.commands +=
+      "# compare\n" + shell_join({"PYTHONPATH=" + pythonpath}) + " " + shell_join(cmp) + "\n";
   r.phases.begin("comparing");
   const int rc = run_command(c);
   if (rc != 0 && rc != 1) {
@@ -611,14 +671,16 @@ int run_verify(const VerifyOptions& o) {
     calibration = calibration_section(report, out("report.json"), out("calibration.json"), required,
                                       calibration_desc, out("calibration.md"));
   }
-  write_text_atomic(out("commands.sh"), "#!/bin/sh\n# what forge verify ran, in order\n" + r.commands);
+  write_text_atomic(out("commands.sh"),
+                    "#!/bin/sh\n# what forge verify ran, in order\n" + r.commands);
 
   // The comparer's last line is the verdict; everything before it is the worst tensor.
   const std::string cmp_out = read_file_or_empty(c.stdout_path);
   const std::string verdict_line = last_nonempty_line(c.stdout_path);
   const std::string prefix = fmt::format("gate {} profile {}: ", gate, profile);
   if (verdict_line.rfind(prefix, 0) != 0)
-    fail("{}: the comparer's last line is '{}', expected '{}RUNG'", c.stdout_path, verdict_line, prefix);
+    fail("{}: the comparer's last line is '{}', expected '{}RUNG'", c.stdout_path, verdict_line,
+         prefix);
   const std::string rung = verdict_line.substr(prefix.size());
 
   const double total = std::chrono::duration<double>(Clock::now() - t_start).count();
@@ -628,12 +690,14 @@ int run_verify(const VerifyOptions& o) {
   std::string run_md = "\n## Run\n\n";
   run_md += fmt::format("- config: `{}` as `{}` (threads and numerics pinned)\n", o.config, config);
   run_md += fmt::format("- steps: {}; dumps: {}\n", steps, dump_desc);
-  run_md += fmt::format("- threads: {} on both sides (train.threads, OMP_NUM_THREADS, "
-                        "OPENBLAS_NUM_THREADS, MKL_NUM_THREADS{})\n", threads,
-                        vs_reference ? ", torch.set_num_threads" : "");
+  run_md += fmt::format(
+      "- threads: {} on both sides (train.threads, OMP_NUM_THREADS, "
+      "OPENBLAS_NUM_THREADS, MKL_NUM_THREADS{})\n",
+      threads, vs_reference ? ", torch.set_num_threads" : "");
   run_md += fmt::format("- ATEN_CPU_CAPABILITY: {}\n", aten);
   run_md += fmt::format("- engine: `{}` (numerics {})\n", self, profile);
-  if (vs_reference) run_md += fmt::format("- reference: `{}` (torch {})\n", ref_python, torch_version);
+  if (vs_reference)
+    run_md += fmt::format("- reference: `{}` (torch {})\n", ref_python, torch_version);
   run_md += fmt::format("- run time: {}; total {}\n", times, fmt_seconds(total));
   run_md += fmt::format("- commands: `{}`\n", out("commands.sh"));
   std::string md = read_file_or_empty(out("report.md"));
@@ -644,11 +708,18 @@ int run_verify(const VerifyOptions& o) {
   try {
     nlohmann::json rep = report;
     nlohmann::json phases = nlohmann::json::array();
-    for (const auto& [name, s] : r.phases.times()) phases.push_back({{"phase", name}, {"seconds", s}});
-    rep["run"] = {{"config", o.config}, {"config_used", config}, {"steps", steps},
-                  {"threads", threads}, {"aten_cpu_capability", aten}, {"engine", self},
+    for (const auto& [name, s] : r.phases.times())
+      phases.push_back({{"phase", name}, {"seconds", s}});
+    rep["run"] = {{"config", o.config},
+                  {"config_used", config},
+                  {"steps", steps},
+                  {"threads", threads},
+                  {"aten_cpu_capability", aten},
+                  {"engine", self},
                   {"reference_python", vs_reference ? ref_python : ""},
-                  {"torch", torch_version}, {"phases", phases}, {"total_seconds", total}};
+                  {"torch", torch_version},
+                  {"phases", phases},
+                  {"total_seconds", total}};
     if (o.calibrate) rep["calibration"] = calibration.summary;
     write_text_atomic(out("report.json"), rep.dump(1) + "\n");
   } catch (const nlohmann::json::exception& e) {

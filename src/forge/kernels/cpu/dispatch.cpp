@@ -47,9 +47,12 @@ std::atomic<int>& active() {
 
 const char* isa_name(Isa isa) {
   switch (isa) {
-    case Isa::kAvx512: return "avx512";
-    case Isa::kAvx2: return "avx2";
-    default: return "generic";
+    case Isa::kAvx512:
+      return "avx512";
+    case Isa::kAvx2:
+      return "avx2";
+    default:
+      return "generic";
   }
 }
 

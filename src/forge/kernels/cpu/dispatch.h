@@ -23,9 +23,12 @@ void set_active_isa(Isa isa);
 }  // namespace forge::kernels::cpu
 
 // Forwards `call` (a function call expression) to the variant of the active ISA.
-#define FORGE_SIMD_DISPATCH(call)                                   \
-  switch (::forge::kernels::cpu::active_isa()) {                    \
-    case ::forge::kernels::cpu::Isa::kAvx512: return isa_avx512::call; \
-    case ::forge::kernels::cpu::Isa::kAvx2: return isa_avx2::call;  \
-    default: return isa_generic::call;                              \
+#define FORGE_SIMD_DISPATCH(call)                \
+  switch (::forge::kernels::cpu::active_isa()) { \
+    case ::forge::kernels::cpu::Isa::kAvx512:    \
+      return isa_avx512::call;                   \
+    case ::forge::kernels::cpu::Isa::kAvx2:      \
+      return isa_avx2::call;                     \
+    default:                                     \
+      return isa_generic::call;                  \
   }

@@ -161,10 +161,8 @@ class MatmulCache {
     check(dnnl_memory_set_data_handle(m.c, C), "set_data_handle");
     if (m.bias)
       check(dnnl_memory_set_data_handle(m.bias, const_cast<float*>(bias)), "set_data_handle");
-    const dnnl_exec_arg_t args[] = {{DNNL_ARG_SRC, m.a},
-                                    {DNNL_ARG_WEIGHTS, m.b},
-                                    {DNNL_ARG_DST, m.c},
-                                    {DNNL_ARG_BIAS, m.bias}};
+    const dnnl_exec_arg_t args[] = {
+        {DNNL_ARG_SRC, m.a}, {DNNL_ARG_WEIGHTS, m.b}, {DNNL_ARG_DST, m.c}, {DNNL_ARG_BIAS, m.bias}};
     check(dnnl_primitive_execute(m.prim, stream_, m.bias ? 4 : 3, args), "matmul execute");
     check(dnnl_stream_wait(stream_), "stream_wait");
   }

@@ -131,9 +131,7 @@ inline float reduce_add(V a) { return a; }
 inline float reduce_max(V a) { return a; }
 inline V select_lt(V a, V b, V then, V otherwise) { return a < b ? then : otherwise; }
 inline V round_nearest(V a) { return std::nearbyint(a); }
-inline V exp2_int(V n) {
-  return std::bit_cast<float>((static_cast<int32_t>(n) + 127) << 23);
-}
+inline V exp2_int(V n) { return std::bit_cast<float>((static_cast<int32_t>(n) + 127) << 23); }
 
 #include "forge/kernels/cpu/simd_math.inc"
 
@@ -142,8 +140,7 @@ inline V exp2_int(V n) {
 // Compile-time choice, for kernels that have not moved to run-time dispatch: `simd::` names
 // the widest layer the translation unit's own flags allow (-march=native picks it).
 namespace forge::kernels::simd {
-#if defined(__AVX512F__) && defined(__AVX512DQ__) && defined(__AVX512BW__) && \
-    defined(__AVX512VL__)
+#if defined(__AVX512F__) && defined(__AVX512DQ__) && defined(__AVX512BW__) && defined(__AVX512VL__)
 using namespace avx512;
 #elif defined(__AVX2__) && defined(__FMA__)
 using namespace avx2;

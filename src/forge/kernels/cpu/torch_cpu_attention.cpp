@@ -27,8 +27,8 @@ float attention_scale(int64_t hd) {
 }
 
 // qkv [B, T, 3C] -> q, v as contiguous [B*NH, T, hd] and k^T as contiguous [B*NH, hd, T].
-void gather_qkv(float* q, float* kt, float* v, const float* qkv, int64_t B, int64_t T,
-                int64_t C, int64_t NH) {
+void gather_qkv(float* q, float* kt, float* v, const float* qkv, int64_t B, int64_t T, int64_t C,
+                int64_t NH) {
   const int64_t hd = C / NH;
   for (int64_t b = 0; b < B; ++b)
     for (int64_t h = 0; h < NH; ++h) {
@@ -63,8 +63,8 @@ QkvOperands qkv_operands(float* q, float* kt, float* v, const float* qkv, int64_
 
 }  // namespace
 
-BatchView attention_output_gradient(float* dy, const float* dout, int64_t B, int64_t T,
-                                    int64_t NH, int64_t hd) {
+BatchView attention_output_gradient(float* dy, const float* dout, int64_t B, int64_t T, int64_t NH,
+                                    int64_t hd) {
   const int64_t C = NH * hd;
   if (const auto bs = folded_batch_stride(B, T * C, NH, hd)) return {dout, *bs, C, 1};
   for (int64_t b = 0; b < B; ++b)
@@ -116,17 +116,17 @@ void softmax_backward_lastdim(float* gin, const float* grad, const float* out, i
     for (int64_t i = begin; i < end; ++i) {
       const float* g = grad + i * dim;
       const float* o = out + i * dim;
-      const float sum = map2_reduce_all([](V a, V b) { return vmul(a, b); },
-                                        [](V acc, V a, V b) { return vfma(a, b, acc); },
-                                        AddOp{}, g, o, dim);
+      const float sum =
+          map2_reduce_all([](V a, V b) { return vmul(a, b); },
+                          [](V acc, V a, V b) { return vfma(a, b, acc); }, AddOp{}, g, o, dim);
       const V sv = vset1(sum);
       map2([&](V a, V b) { return vmul(vsub(a, sv), b); }, gin + i * dim, g, o, dim);
     }
   });
 }
 
-void attention_forward(float* out, float* probs, const float* qkv, int64_t B, int64_t T,
-                       int64_t C, int64_t NH, float* scratch) {
+void attention_forward(float* out, float* probs, const float* qkv, int64_t B, int64_t T, int64_t C,
+                       int64_t NH, float* scratch) {
   const int64_t hd = C / NH, BH = B * NH;
   float* q = scratch;
   float* kt = q + B * T * C;

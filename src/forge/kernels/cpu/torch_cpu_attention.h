@@ -13,8 +13,8 @@ namespace forge::tcpu {
 // attention matrix (B*NH*T*T) and the backward's temporaries.
 size_t attention_scratch_floats(int64_t B, int64_t T, int64_t C, int64_t NH);
 // saved: the softmax probabilities [B*NH, T, T].
-void attention_forward(float* out, float* probs, const float* qkv, int64_t B, int64_t T,
-                       int64_t C, int64_t NH, float* scratch);
+void attention_forward(float* out, float* probs, const float* qkv, int64_t B, int64_t T, int64_t C,
+                       int64_t NH, float* scratch);
 void attention_backward(float* dqkv, const float* dout, const float* qkv, const float* probs,
                         int64_t B, int64_t T, int64_t C, int64_t NH, float* scratch);
 
@@ -26,8 +26,8 @@ void softmax_backward_lastdim(float* gin, const float* grad, const float* out, i
 // The gradient of y.transpose(1, 2) ([B, NH, T, hd] with strides (T*NH*hd, hd, NH*hd, 1),
 // from dout [B, T, NH*hd]) as matmul's reshape hands it to bmm's backward: a view of dout
 // where the heads fold into the batch, else copied into dy ([B*NH, T, hd]).
-BatchView attention_output_gradient(float* dy, const float* dout, int64_t B, int64_t T,
-                                    int64_t NH, int64_t hd);
+BatchView attention_output_gradient(float* dy, const float* dout, int64_t B, int64_t T, int64_t NH,
+                                    int64_t hd);
 // y.transpose(1, 2).contiguous(): the heads' outputs y [B, NH, T, hd] gathered into rows of
 // out [B, T, NH*hd].
 void attention_output_rows(float* out, const float* y, int64_t B, int64_t T, int64_t NH,

@@ -25,9 +25,7 @@ void embedding_forward(float* out, const int32_t* tokens, const float* wte, cons
     }
 }
 
-int64_t embedding_backward_scratch_ints(int64_t B, int64_t T, int64_t V) {
-  return B * T + V + 1;
-}
+int64_t embedding_backward_scratch_ints(int64_t B, int64_t T, int64_t V) { return B * T + V + 1; }
 
 void embedding_backward(float* dwte, float* dwpe, const float* dout, const int32_t* tokens,
                         int64_t B, int64_t T, int64_t C, int64_t V, int32_t* scratch_ints,
@@ -40,7 +38,7 @@ void embedding_backward(float* dwte, float* dwpe, const float* dout, const int32
   if (dwte == nullptr) return;
   // A stable bucket sort of the positions by token keeps each row's additions in position
   // order without a [V, C] temporary.
-  int32_t* start = scratch_ints;      // [V + 1]
+  int32_t* start = scratch_ints;          // [V + 1]
   int32_t* order = scratch_ints + V + 1;  // [N]
   for (int64_t v = 0; v <= V; ++v) start[v] = 0;
   for (int64_t i = 0; i < N; ++i) ++start[tokens[i] + 1];

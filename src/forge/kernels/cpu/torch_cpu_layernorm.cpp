@@ -70,8 +70,7 @@ std::pair<float, float> rowwise_moments(const float* X, int64_t N) {
     add_moments_vec(m0, m1v, m2v, m0_stk[0], m1_stk[0], m2_stk[0]);
     int64_t mask = i + 1;
     for (int64_t j = 1; j < depth && (mask & 1) == 0; ++j) {
-      add_moments_vec(m0_stk[j - 1], m1_stk[j - 1], m2_stk[j - 1], m0_stk[j], m1_stk[j],
-                      m2_stk[j]);
+      add_moments_vec(m0_stk[j - 1], m1_stk[j - 1], m2_stk[j - 1], m0_stk[j], m1_stk[j], m2_stk[j]);
       m0_stk[j - 1] = 0;
       m1_stk[j - 1] = zero;
       m2_stk[j - 1] = zero;
@@ -109,8 +108,8 @@ void layernorm_forward(float* out, float* mean, float* rstd, const float* x, con
       const V scale = vset1(rstd_val);
       const V bias = vset1(-rstd_val * mean_val);
       // (x * scale + bias) * gamma + beta
-      map3([&](V xv, V g, V bt) { return vfma(vfma(xv, scale, bias), g, bt); }, out + i * C,
-           X_ptr, w, b, C);
+      map3([&](V xv, V g, V bt) { return vfma(vfma(xv, scale, bias), g, bt); }, out + i * C, X_ptr,
+           w, b, C);
       if (mean) mean[i] = mean_val;
       if (rstd) rstd[i] = rstd_val;
     }
@@ -120,8 +119,8 @@ void layernorm_forward(float* out, float* mean, float* rstd, const float* x, con
 int64_t layernorm_backward_scratch(int64_t C, int threads) { return 2 * threads * C; }
 
 void layernorm_backward(float* dinp, float* dw, float* db, const float* dout, const float* x,
-                        const float* w, const float* mean, const float* rstd, int64_t N,
-                        int64_t C, float* buffer) {
+                        const float* w, const float* mean, const float* rstd, int64_t N, int64_t C,
+                        float* buffer) {
   const int num_threads = torch_threads();
   const float scale = 1.0f / static_cast<float>(C);
   for (int64_t i = 0; i < 2 * num_threads * C; ++i) buffer[i] = 0.0f;
@@ -143,13 +142,13 @@ void layernorm_backward(float* dinp, float* dw, float* db, const float* dout, co
       }
       if (dinp != nullptr) {
         // ds = sum(dy * x * gamma), db = sum(dy * gamma)
-        const float ds = map3_reduce_all(
-            [](V dy, V xv, V g) { return vmul(vmul(dy, xv), g); },
-            [](V acc, V dy, V xv, V g) { return vfma(vmul(dy, xv), g, acc); }, AddOp{}, dY, X,
-            w, C);
-        const float dbs = map2_reduce_all([](V dy, V g) { return vmul(dy, g); },
-                                          [](V acc, V dy, V g) { return vfma(dy, g, acc); },
-                                          AddOp{}, dY, w, C);
+        const float ds =
+            map3_reduce_all([](V dy, V xv, V g) { return vmul(vmul(dy, xv), g); },
+                            [](V acc, V dy, V xv, V g) { return vfma(vmul(dy, xv), g, acc); },
+                            AddOp{}, dY, X, w, C);
+        const float dbs =
+            map2_reduce_all([](V dy, V g) { return vmul(dy, g); },
+                            [](V acc, V dy, V g) { return vfma(dy, g, acc); }, AddOp{}, dY, w, C);
         const float a = rstd[i];
         const float bcoef = std::fma(dbs, mean[i], -ds) * a * a * a * scale;
         const float ccoef = std::fma(-bcoef, mean[i], -(dbs * a * scale));

@@ -15,7 +15,7 @@ int64_t layernorm_backward_scratch(int64_t C, int threads);
 // LayerNormBackwardKernelImplInternal: per-thread partial dgamma/dbeta rows, then a sum over
 // the threads' rows; dX with torch's a/b/c coefficients. dinp may be null.
 void layernorm_backward(float* dinp, float* dw, float* db, const float* dout, const float* x,
-                        const float* w, const float* mean, const float* rstd, int64_t N,
-                        int64_t C, float* scratch);
+                        const float* w, const float* mean, const float* rstd, int64_t N, int64_t C,
+                        float* scratch);
 
 }  // namespace forge::tcpu

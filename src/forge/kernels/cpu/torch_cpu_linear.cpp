@@ -7,7 +7,6 @@
 // No automatic contraction: every FMA in this file is written out (see torch_cpu_vec.h).
 #pragma GCC optimize("fp-contract=off")
 #include "forge/kernels/cpu/torch_cpu_linear.h"
-#include "forge/kernels/cpu/torch_cpu_reduce.h"
 
 #include <dlfcn.h>
 
@@ -15,12 +14,12 @@
 #include <cstring>
 #include <stdexcept>
 
+#include "forge/kernels/cpu/torch_cpu_reduce.h"
 #include "forge/kernels/cpu/torch_cpu_vec.h"
 
 extern "C" void sgemm_(const char* transa, const char* transb, const int* m, const int* n,
                        const int* k, const float* alpha, const float* a, const int* lda,
-                       const float* b, const int* ldb, const float* beta, float* c,
-                       const int* ldc);
+                       const float* b, const int* ldb, const float* beta, float* c, const int* ldc);
 
 namespace forge::tcpu {
 namespace {
@@ -34,9 +33,7 @@ struct Mat {
 
 Mat row_major(const float* p, int64_t rows, int64_t cols) { return {p, {rows, cols}, {cols, 1}}; }
 // The transpose view of a row-major [rows, cols] buffer: sizes [cols, rows].
-Mat transposed(const float* p, int64_t rows, int64_t cols) {
-  return {p, {cols, rows}, {1, cols}};
-}
+Mat transposed(const float* p, int64_t rows, int64_t cols) { return {p, {cols, rows}, {1, cols}}; }
 
 // at::native::cpublas::gemm for float: normalize_last_dims, then sgemm_.
 void blas_gemm(bool transa, bool transb, int64_t m, int64_t n, int64_t k, float alpha,
@@ -99,8 +96,7 @@ void addmm_impl(float* result, int64_t M, int64_t N, Mat m1, Mat m2, float beta)
   const int64_t lda = m1.stride[(transpose_a == transpose_c) ? 1 : 0];
   const int64_t ldb = m2.stride[(transpose_b == transpose_c) ? 1 : 0];
   const int64_t ldc = rs[transpose_c ? 0 : 1];
-  blas_gemm(transpose_a, transpose_b, m, n, k, 1.0f, m1.data, lda, m2.data, ldb, beta, result,
-            ldc);
+  blas_gemm(transpose_a, transpose_b, m, n, k, 1.0f, m1.data, lda, m2.data, ldb, beta, result, ldc);
 }
 
 // baddbmm_cpu_kernel<float, is_bmm=true>: r = 0; r += s[i][k] * m[k][j] in k order. This
@@ -110,8 +106,8 @@ void bmm_naive(float* c, Mat a, Mat b, int64_t m, int64_t k, int64_t n) {
     for (int64_t j = 0; j < n; ++j) {
       float r = 0;
       for (int64_t kk = 0; kk < k; ++kk) {
-        const float p = a.data[i * a.stride[0] + kk * a.stride[1]] *
-                        b.data[kk * b.stride[0] + j * b.stride[1]];
+        const float p =
+            a.data[i * a.stride[0] + kk * a.stride[1]] * b.data[kk * b.stride[0] + j * b.stride[1]];
         r += p;
       }
       c[i * n + j] = r;
@@ -122,8 +118,7 @@ void bmm_naive(float* c, Mat a, Mat b, int64_t m, int64_t k, int64_t n) {
 
 void set_blas_threads(int n) {
   using SetThreads = void (*)(int);
-  if (auto f = reinterpret_cast<SetThreads>(dlsym(RTLD_DEFAULT, "openblas_set_num_threads")))
-    f(n);
+  if (auto f = reinterpret_cast<SetThreads>(dlsym(RTLD_DEFAULT, "openblas_set_num_threads"))) f(n);
 }
 
 void linear_forward(float* out, const float* x, const float* w, const float* bias, int64_t N,
@@ -143,12 +138,10 @@ void linear_backward(float* dinp, float* dw, float* dbias, const float* dout, co
                      const float* w, int64_t N, int64_t IC, int64_t OC) {
   // FunctionsManual.cpp mm_mat1_backward: mat1 (x) is row-major -> grad.mm(mat2.t()), and
   // mat2.t() of the W.t() view is W itself.
-  if (dinp != nullptr)
-    addmm_impl(dinp, N, IC, row_major(dout, N, OC), row_major(w, OC, IC), 0.0f);
+  if (dinp != nullptr) addmm_impl(dinp, N, IC, row_major(dout, N, OC), row_major(w, OC, IC), 0.0f);
   // mm_mat2_backward: mat2 = W.t() is column-major -> grad.t().mm(mat1).t(); the inner mm
   // writes a row-major [OC, IC], which is dW in W's own layout.
-  if (dw != nullptr)
-    addmm_impl(dw, OC, IC, transposed(dout, N, OC), row_major(x, N, IC), 0.0f);
+  if (dw != nullptr) addmm_impl(dw, OC, IC, transposed(dout, N, OC), row_major(x, N, IC), 0.0f);
   // addmm's self was broadcast from [OC]: the engine's validate_outputs sum_to()s the grad.
   if (dbias != nullptr) sum_dim0(dbias, dout, N, OC);
 }

@@ -39,8 +39,8 @@ inline V vneg(V a) { return _mm256_xor_ps(_mm256_set1_ps(-0.0f), a); }
 
 // ---- RMSNorm -----------------------------------------------------------------------------
 
-void rmsnorm_forward(float* out, float* rstd, const float* x, const float* w, int64_t N,
-                     int64_t C, float eps) {
+void rmsnorm_forward(float* out, float* rstd, const float* x, const float* w, int64_t N, int64_t C,
+                     float eps) {
   const int64_t n = N * C;
   for (int64_t i = 0; i < n; ++i) out[i] = x[i] * x[i];
   sum_lastdim(rstd, out, N, C);
@@ -62,9 +62,8 @@ void rmsnorm_forward(float* out, float* rstd, const float* x, const float* w, in
 
 size_t rmsnorm_backward_scratch(int64_t N, int64_t C) { return static_cast<size_t>(N * C + N); }
 
-void rmsnorm_backward(float* dinp, float* dw, const float* dout, const float* x,
-                      const float* w, const float* rstd, const float* dres, int64_t N,
-                      int64_t C, float* scratch) {
+void rmsnorm_backward(float* dinp, float* dw, const float* dout, const float* x, const float* w,
+                      const float* rstd, const float* dres, int64_t N, int64_t C, float* scratch) {
   float* prod = scratch;
   float* drstd = scratch + N * C;
   // out = weight * y: weight's grad is (grad * y) summed over every row; y's is grad * weight.
@@ -160,8 +159,8 @@ void rope_forward(float* out, const float* x, const float* cos, const float* sin
     }
 }
 
-void rope_backward(float* dinp, const float* dout, const float* cos, const float* sin,
-                   int64_t B, int64_t T, int64_t H, int64_t hd) {
+void rope_backward(float* dinp, const float* dout, const float* cos, const float* sin, int64_t B,
+                   int64_t T, int64_t H, int64_t hd) {
   const int64_t half = hd / 2;
   for (int64_t b = 0; b < B; ++b)
     for (int64_t t = 0; t < T; ++t) {
@@ -316,9 +315,9 @@ size_t gqa_attention_scratch_floats(int64_t B, int64_t T, int64_t NH, int64_t hd
   return static_cast<size_t>(7 * B * NH * T * hd + 2 * B * NH * T * T);
 }
 
-void gqa_attention_forward(float* out, float* probs, const float* q, const float* k,
-                           const float* v, int64_t B, int64_t T, int64_t NH, int64_t KVH,
-                           int64_t hd, float* scratch) {
+void gqa_attention_forward(float* out, float* probs, const float* q, const float* k, const float* v,
+                           int64_t B, int64_t T, int64_t NH, int64_t KVH, int64_t hd,
+                           float* scratch) {
   const int64_t BH = B * NH;
   const GqaBuffers g = gqa_buffers(scratch, B, T, NH, hd);
   const GqaOperands x = gqa_operands(g, q, k, v, B, T, NH, KVH, hd);

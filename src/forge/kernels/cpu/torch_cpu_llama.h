@@ -10,17 +10,16 @@ namespace forge::tcpu {
 
 // --- RMSNorm: weight * (x * rsqrt(x.pow(2).mean(-1, keepdim=True) + eps)) ---------------
 // rstd [N] is saved for backward. out doubles as the scratch of the squares.
-void rmsnorm_forward(float* out, float* rstd, const float* x, const float* w, int64_t N,
-                     int64_t C, float eps);
+void rmsnorm_forward(float* out, float* rstd, const float* x, const float* w, int64_t N, int64_t C,
+                     float eps);
 // Floats of scratch rmsnorm_backward needs.
 size_t rmsnorm_backward_scratch(int64_t N, int64_t C);
 // dinp, dw overwritten. dres (may be null) is the gradient that reached x first through a
 // residual add made after the norm (the decoder layers' pattern): then
 // dinp = (dres + d through x*rstd) + d through the variance, autograd's accumulation order;
 // without it, the two norm terms alone. dinp must not alias dres, dout or x.
-void rmsnorm_backward(float* dinp, float* dw, const float* dout, const float* x,
-                      const float* w, const float* rstd, const float* dres, int64_t N,
-                      int64_t C, float* scratch);
+void rmsnorm_backward(float* dinp, float* dw, const float* dout, const float* x, const float* w,
+                      const float* rstd, const float* dres, int64_t N, int64_t C, float* scratch);
 
 // --- rotary embeddings (rotate_half convention) ----------------------------------------
 // cos, sin [T, hd]: llama.py's rope_tables for T positions (T = the reference's block_size:
@@ -30,8 +29,8 @@ void rope_tables(float* cos, float* sin, int64_t T, int64_t hd, double theta);
 // x, out: B*T rows of H*hd floats, row b*T+t at position t; tables as rope_tables writes.
 void rope_forward(float* out, const float* x, const float* cos, const float* sin, int64_t B,
                   int64_t T, int64_t H, int64_t hd);
-void rope_backward(float* dinp, const float* dout, const float* cos, const float* sin,
-                   int64_t B, int64_t T, int64_t H, int64_t hd);
+void rope_backward(float* dinp, const float* dout, const float* cos, const float* sin, int64_t B,
+                   int64_t T, int64_t H, int64_t hd);
 
 // --- SwiGLU: F.silu(gate) * up ----------------------------------------------------------
 void swiglu_forward(float* out, const float* gate, const float* up, int64_t n);
@@ -43,9 +42,9 @@ void swiglu_backward(float* dgate, float* dup, const float* dout, const float* g
 // Bit-exact for NH/KVH <= 4: beyond that torch's cascade sum over the repeated heads groups
 // its terms differently from the sequential sum computed here.
 size_t gqa_attention_scratch_floats(int64_t B, int64_t T, int64_t NH, int64_t hd);
-void gqa_attention_forward(float* out, float* probs, const float* q, const float* k,
-                           const float* v, int64_t B, int64_t T, int64_t NH, int64_t KVH,
-                           int64_t hd, float* scratch);
+void gqa_attention_forward(float* out, float* probs, const float* q, const float* k, const float* v,
+                           int64_t B, int64_t T, int64_t NH, int64_t KVH, int64_t hd,
+                           float* scratch);
 void gqa_attention_backward(float* dq, float* dk, float* dv, const float* dout, const float* q,
                             const float* k, const float* v, const float* probs, int64_t B,
                             int64_t T, int64_t NH, int64_t KVH, int64_t hd, float* scratch);

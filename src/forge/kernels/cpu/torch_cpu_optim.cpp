@@ -39,9 +39,9 @@ float clip_grad_norm(float* const* grads, const int64_t* numel, int count, doubl
   return total;
 }
 
-void adamw_step(float* param, const float* grad, float* exp_avg, float* exp_avg_sq,
-                int64_t n, double lr, double beta1, double beta2, double eps,
-                double weight_decay, int64_t step) {
+void adamw_step(float* param, const float* grad, float* exp_avg, float* exp_avg_sq, int64_t n,
+                double lr, double beta1, double beta2, double eps, double weight_decay,
+                int64_t step) {
   const double stepd = static_cast<double>(step);
   const double bias_correction1 = 1 - std::pow(beta1, stepd);
   const double bias_correction2 = 1 - std::pow(beta2, stepd);
@@ -56,14 +56,14 @@ void adamw_step(float* param, const float* grad, float* exp_avg, float* exp_avg_
   const float neg_step = static_cast<float>(-step_size);
   auto update = [&](int64_t i, bool vector_lane) {
     const float g = grad[i];
-    float p = param[i] * decay;                              // param.mul_(1 - lr * wd)
-    float m = exp_avg[i] * b1;                               // exp_avg.mul_(beta1)
-    m = vector_lane ? std::fma(g, one_minus_b1, m)           //   .add_(grad, alpha=1 - beta1)
+    float p = param[i] * decay;                     // param.mul_(1 - lr * wd)
+    float m = exp_avg[i] * b1;                      // exp_avg.mul_(beta1)
+    m = vector_lane ? std::fma(g, one_minus_b1, m)  //   .add_(grad, alpha=1 - beta1)
                     : std::fma(one_minus_b1, g, m);
-    float v = exp_avg_sq[i] * b2;                            // exp_avg_sq.mul_(beta2)
-    v = std::fma(one_minus_b2 * g, g, v);                    //   .addcmul_(grad, grad, 1 - beta2)
-    const float denom = std::sqrt(v) / bc2s + epsf;          // (sqrt / bc2_sqrt).add_(eps)
-    p = p + neg_step * m / denom;                            // addcdiv_(m, denom, -step_size)
+    float v = exp_avg_sq[i] * b2;                    // exp_avg_sq.mul_(beta2)
+    v = std::fma(one_minus_b2 * g, g, v);            //   .addcmul_(grad, grad, 1 - beta2)
+    const float denom = std::sqrt(v) / bc2s + epsf;  // (sqrt / bc2_sqrt).add_(eps)
+    p = p + neg_step * m / denom;                    // addcdiv_(m, denom, -step_size)
     param[i] = p;
     exp_avg[i] = m;
     exp_avg_sq[i] = v;

@@ -13,9 +13,9 @@ float clip_grad_norm(float* const* grads, const int64_t* numel, int count, doubl
                      float* norms_scratch);
 
 // torch/optim/adamw.py _single_tensor_adamw on one tensor; step is 1-based.
-void adamw_step(float* param, const float* grad, float* exp_avg, float* exp_avg_sq,
-                int64_t n, double lr, double beta1, double beta2, double eps,
-                double weight_decay, int64_t step);
+void adamw_step(float* param, const float* grad, float* exp_avg, float* exp_avg_sq, int64_t n,
+                double lr, double beta1, double beta2, double eps, double weight_decay,
+                int64_t step);
 
 // a + b elementwise (the residual and gradient-accumulation adds): exact in any order.
 void add(float* out, const float* a, const float* b, int64_t n);

@@ -13,7 +13,8 @@
 #pragma once
 
 #if !defined(__AVX2__) || !defined(__FMA__)
-#error "the torch-cpu profile replicates ATen's AVX2 kernels: build with -mavx2 -mfma (or -march=native on an AVX2 machine)"
+#error \
+    "the torch-cpu profile replicates ATen's AVX2 kernels: build with -mavx2 -mfma (or -march=native on an AVX2 machine)"
 #endif
 
 #include <immintrin.h>
@@ -27,8 +28,8 @@
 
 namespace forge::tcpu {
 
-inline constexpr int64_t kVec = 8;             // Vectorized<float>::size() under AVX2
-inline constexpr int64_t kGrainSize = 32768;   // at::internal::GRAIN_SIZE
+inline constexpr int64_t kVec = 8;            // Vectorized<float>::size() under AVX2
+inline constexpr int64_t kGrainSize = 32768;  // at::internal::GRAIN_SIZE
 
 inline int64_t divup(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
@@ -98,9 +99,9 @@ inline V vadd(V a, V b) { return _mm256_add_ps(a, b); }
 inline V vsub(V a, V b) { return _mm256_sub_ps(a, b); }
 inline V vmul(V a, V b) { return _mm256_mul_ps(a, b); }
 inline V vdiv(V a, V b) { return _mm256_div_ps(a, b); }
-inline V vfma(V a, V b, V c) { return _mm256_fmadd_ps(a, b, c); }   // a*b + c
-inline V vfms(V a, V b, V c) { return _mm256_fmsub_ps(a, b, c); }   // a*b - c
-inline V vfnma(V a, V b, V c) { return _mm256_fnmadd_ps(a, b, c); } // c - a*b
+inline V vfma(V a, V b, V c) { return _mm256_fmadd_ps(a, b, c); }    // a*b + c
+inline V vfms(V a, V b, V c) { return _mm256_fmsub_ps(a, b, c); }    // a*b - c
+inline V vfnma(V a, V b, V c) { return _mm256_fnmadd_ps(a, b, c); }  // c - a*b
 // at::vec::maximum: IEEE maximum that propagates NaN.
 inline V vmax(V a, V b) {
   V m = _mm256_max_ps(a, b);
@@ -161,8 +162,7 @@ float reduce_all(const Op& op, const float* data, int64_t size) {
 // caller passes `fold(acc, inputs...)` for the steady state and `map(inputs...)` for the first
 // vector and the short case.
 template <typename Map, typename Fold, typename Op>
-float map_reduce_all(const Map& map, const Fold& fold, const Op& op, const float* a,
-                     int64_t size) {
+float map_reduce_all(const Map& map, const Fold& fold, const Op& op, const float* a, int64_t size) {
   if (size < kVec) return vec_reduce_all_n(op, map(vload(a, size)), size);
   int64_t d = kVec;
   V acc = map(vload(a));
@@ -210,12 +210,10 @@ template <typename F>
 void map2(const F& f, float* out, const float* a, const float* b, int64_t size) {
   int64_t d = 0;
   for (; d < size - (size % kVec); d += kVec) vstore(out + d, f(vload(a + d), vload(b + d)));
-  if (size - d > 0)
-    vstore(out + d, f(vload(a + d, size - d), vload(b + d, size - d)), size - d);
+  if (size - d > 0) vstore(out + d, f(vload(a + d, size - d), vload(b + d, size - d)), size - d);
 }
 template <typename F>
-void map3(const F& f, float* out, const float* a, const float* b, const float* c,
-          int64_t size) {
+void map3(const F& f, float* out, const float* a, const float* b, const float* c, int64_t size) {
   int64_t d = 0;
   for (; d < size - (size % kVec); d += kVec)
     vstore(out + d, f(vload(a + d), vload(b + d), vload(c + d)));

@@ -39,8 +39,9 @@ void log_softmax_lastdim(float* out, const float* in, int64_t in_stride, int64_t
       for (int64_t j = 0; j < loop_end; ++j) {
         const V mv = vset1(max_arr[j]);
         auto f = [&](V x) { return vexp(vsub(x, mv)); };
-        tmp_sum[j] = map_reduce_all(f, [&](V acc, V x) { return vadd(acc, f(x)); }, AddOp{},
-                                    in + (ii + j) * in_stride, dim);
+        tmp_sum[j] = map_reduce_all(
+            f, [&](V acc, V x) { return vadd(acc, f(x)); }, AddOp{}, in + (ii + j) * in_stride,
+            dim);
       }
       map([](V x) { return vlog(x); }, tmp_sum, tmp_sum, loop_end);
       for (int64_t j = 0; j < loop_end; ++j) {
@@ -54,8 +55,8 @@ void log_softmax_lastdim(float* out, const float* in, int64_t in_stride, int64_t
 
 }  // namespace
 
-float cross_entropy_forward(float* logp, const float* logits, const int32_t* targets,
-                            int64_t N, int64_t nv, int64_t nvp) {
+float cross_entropy_forward(float* logp, const float* logits, const int32_t* targets, int64_t N,
+                            int64_t nv, int64_t nvp) {
   log_softmax_lastdim(logp, logits, nvp, N, nv);
   constexpr int kLevels = 8;
   const int64_t level_power = std::max<int64_t>(4, ceil_log2(N) / kLevels);
@@ -76,8 +77,8 @@ float cross_entropy_forward(float* logp, const float* logits, const int32_t* tar
   return out / total_weight;
 }
 
-void cross_entropy_backward(float* dlogits, const float* logp, const int32_t* targets,
-                            int64_t N, int64_t nv, int64_t nvp, float dloss) {
+void cross_entropy_backward(float* dlogits, const float* logp, const int32_t* targets, int64_t N,
+                            int64_t nv, int64_t nvp, float dloss) {
   const float g = -(dloss / static_cast<float>(N));
   int64_t grain = kGrainSize / (16 * nv);
   if (grain < 1) grain = 1;

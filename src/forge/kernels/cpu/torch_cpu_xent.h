@@ -7,10 +7,10 @@
 namespace forge::tcpu {
 
 // logp [N, V]: the log-probabilities (kept for backward). logits rows have stride Vp.
-float cross_entropy_forward(float* logp, const float* logits, const int32_t* targets,
-                            int64_t N, int64_t V, int64_t Vp);
+float cross_entropy_forward(float* logp, const float* logits, const int32_t* targets, int64_t N,
+                            int64_t V, int64_t Vp);
 // dlogits [N, Vp]; the padded columns get +0.
-void cross_entropy_backward(float* dlogits, const float* logp, const int32_t* targets,
-                            int64_t N, int64_t V, int64_t Vp, float dloss);
+void cross_entropy_backward(float* dlogits, const float* logp, const int32_t* targets, int64_t N,
+                            int64_t V, int64_t Vp, float dloss);
 
 }  // namespace forge::tcpu
