@@ -5,7 +5,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 DEBIAN_PACKAGES=(
-  build-essential cmake pkg-config git ccache
+  build-essential cmake pkg-config git ccache clang-format
   libgtest-dev libbenchmark-dev nlohmann-json3-dev libcli11-dev libfmt-dev
   libopenblas-dev libsleef-dev libdnnl-dev libpcre2-dev
   libopenmpi-dev openmpi-bin
