@@ -227,3 +227,41 @@ INSTANTIATE_TEST_SUITE_P(TorchCpu, TorchCpuOps, ::testing::Values(1, 2), [](cons
 });
 
 }  // namespace
+
+// copy_strided against the index arithmetic written out: a [2, 3, 5, 7] block read through a
+// permutation of its strides (the heads <-> rows transposes of attention), into a padded
+// strided destination, and a 5-D read with a stride-0 dimension (repeat_kv's expand).
+TEST(TorchCpuCopyStrided, MatchesIndexArithmetic) {
+  std::vector<float> src(2 * 3 * 5 * 7);
+  for (size_t i = 0; i < src.size(); ++i) src[i] = static_cast<float>(i) * 0.5f - 7.0f;
+  // src as [a=2, b=3, c=5, d=7] contiguous, read in the order (a, c, b, d) into a
+  // destination whose rows are 9 floats apart (2 of padding left untouched).
+  std::vector<float> dst(2 * 5 * 3 * 9, -1.0f);
+  forge::tcpu::copy_strided(dst.data(), {5 * 3 * 9, 3 * 9, 9, 1}, src.data(),
+                            {3 * 5 * 7, 7, 5 * 7, 1}, {2, 5, 3, 7});
+  for (int a = 0; a < 2; ++a)
+    for (int c = 0; c < 5; ++c)
+      for (int b = 0; b < 3; ++b)
+        for (int d = 0; d < 9; ++d) {
+          const float got = dst[((a * 5 + c) * 3 + b) * 9 + d];
+          const float want = d < 7 ? src[((a * 3 + b) * 5 + c) * 7 + d] : -1.0f;
+          ASSERT_EQ(got, want) << a << " " << c << " " << b << " " << d;
+        }
+  // [2, 3] rows repeated 4 times each along a stride-0 dimension, transposed on the way.
+  std::vector<float> rep(2 * 3 * 4 * 5 * 7);
+  forge::tcpu::copy_strided(rep.data(), {3 * 4 * 7 * 5, 4 * 7 * 5, 7 * 5, 1, 5}, src.data(),
+                            {3 * 5 * 7, 5 * 7, 0, 7, 1}, {2, 3, 4, 5, 7});
+  for (int a = 0; a < 2; ++a)
+    for (int b = 0; b < 3; ++b)
+      for (int r = 0; r < 4; ++r)
+        for (int c = 0; c < 5; ++c)
+          for (int d = 0; d < 7; ++d)
+            ASSERT_EQ(rep[(((a * 3 + b) * 4 + r) * 7 + d) * 5 + c],
+                      src[((a * 3 + b) * 5 + c) * 7 + d]);
+  // One dimension, and an empty one (nothing written).
+  std::vector<float> one(7, 0.0f);
+  forge::tcpu::copy_strided(one.data(), {1}, src.data() + 3, {5}, {7});
+  for (int i = 0; i < 7; ++i) ASSERT_EQ(one[i], src[3 + 5 * i]);
+  forge::tcpu::copy_strided(one.data(), {7, 1}, src.data(), {7, 1}, {0, 7});
+  ASSERT_EQ(one[0], src[3]);
+}

@@ -26,22 +26,14 @@ float attention_scale(int64_t hd) {
   return static_cast<float>(1.0 / std::sqrt(static_cast<double>(hd)));
 }
 
-// qkv [B, T, 3C] -> q, v as contiguous [B*NH, T, hd] and k^T as contiguous [B*NH, hd, T].
-void gather_qkv(float* q, float* kt, float* v, const float* qkv, int64_t B, int64_t T, int64_t C,
-                int64_t NH) {
+// Strides of q's, k's or v's view of qkv [B, T, 3C] over (b, h, t, d), and of a contiguous
+// [B*NH, T, hd] (heads) or [B*NH, hd, T] (transposed heads) over the same indices.
+struct HeadStrides {
+  int64_t qkv[4], heads[4], transposed_heads[4];
+};
+HeadStrides head_strides(int64_t T, int64_t C, int64_t NH) {
   const int64_t hd = C / NH;
-  for (int64_t b = 0; b < B; ++b)
-    for (int64_t h = 0; h < NH; ++h) {
-      const int64_t bh = b * NH + h;
-      for (int64_t t = 0; t < T; ++t) {
-        const float* row = qkv + (b * T + t) * 3 * C + h * hd;
-        for (int64_t d = 0; d < hd; ++d) {
-          q[(bh * T + t) * hd + d] = row[d];
-          kt[(bh * hd + d) * T + t] = row[C + d];
-          v[(bh * T + t) * hd + d] = row[2 * C + d];
-        }
-      }
-    }
+  return {{T * 3 * C, hd, 3 * C, 1}, {NH * T * hd, T * hd, hd, 1}, {NH * hd * T, hd * T, 1, T}};
 }
 
 struct QkvOperands {
@@ -56,7 +48,10 @@ QkvOperands qkv_operands(float* q, float* kt, float* v, const float* qkv, int64_
   // q's view [B, NH, T, hd] has strides (T * 3C, hd, 3C, 1); k's and v's the same.
   if (const auto bs = folded_batch_stride(B, T * 3 * C, NH, hd))
     return {{qkv, *bs, 3 * C, 1}, {qkv + C, *bs, 1, 3 * C}, {qkv + 2 * C, *bs, 3 * C, 1}};
-  gather_qkv(q, kt, v, qkv, B, T, C, NH);
+  const HeadStrides st = head_strides(T, C, NH);
+  copy_strided(q, st.heads, qkv, st.qkv, {B, NH, T, hd});
+  copy_strided(kt, st.transposed_heads, qkv + C, st.qkv, {B, NH, T, hd});
+  copy_strided(v, st.heads, qkv + 2 * C, st.qkv, {B, NH, T, hd});
   return {contiguous_batches(q, T, hd), contiguous_batches(kt, hd, T),
           contiguous_batches(v, T, hd)};
 }
@@ -67,22 +62,14 @@ BatchView attention_output_gradient(float* dy, const float* dout, int64_t B, int
                                     int64_t hd) {
   const int64_t C = NH * hd;
   if (const auto bs = folded_batch_stride(B, T * C, NH, hd)) return {dout, *bs, C, 1};
-  for (int64_t b = 0; b < B; ++b)
-    for (int64_t h = 0; h < NH; ++h)
-      for (int64_t t = 0; t < T; ++t)
-        for (int64_t d = 0; d < hd; ++d)
-          dy[((b * NH + h) * T + t) * hd + d] = dout[(b * T + t) * C + h * hd + d];
+  copy_strided(dy, {NH * T * hd, T * hd, hd, 1}, dout, {T * C, hd, C, 1}, {B, NH, T, hd});
   return contiguous_batches(dy, T, hd);
 }
 
 void attention_output_rows(float* out, const float* y, int64_t B, int64_t T, int64_t NH,
                            int64_t hd) {
   const int64_t C = NH * hd;
-  for (int64_t b = 0; b < B; ++b)
-    for (int64_t h = 0; h < NH; ++h)
-      for (int64_t t = 0; t < T; ++t)
-        for (int64_t d = 0; d < hd; ++d)
-          out[(b * T + t) * C + h * hd + d] = y[((b * NH + h) * T + t) * hd + d];
+  copy_strided(out, {T * C, hd, C, 1}, y, {NH * T * hd, T * hd, hd, 1}, {B, NH, T, hd});
 }
 
 size_t attention_scratch_floats(int64_t B, int64_t T, int64_t C, int64_t NH) {
@@ -179,18 +166,10 @@ void attention_backward(float* dqkv, const float* dout, const float* qkv, const 
   bmm(dq, contiguous_batches(dS, T, T), transposed(x.kt), BH, T, T, hd);
   bmm(dkt, transposed(x.q), contiguous_batches(dS, T, T), BH, hd, T, T);
   // split backward: the three grads concatenated back into [B, T, 3C]
-  for (int64_t b = 0; b < B; ++b)
-    for (int64_t h = 0; h < NH; ++h) {
-      const int64_t bh = b * NH + h;
-      for (int64_t t = 0; t < T; ++t) {
-        float* row = dqkv + (b * T + t) * 3 * C + h * hd;
-        for (int64_t d = 0; d < hd; ++d) {
-          row[d] = dq[(bh * T + t) * hd + d];
-          row[C + d] = dkt[(bh * hd + d) * T + t];
-          row[2 * C + d] = dv[(bh * T + t) * hd + d];
-        }
-      }
-    }
+  const HeadStrides st = head_strides(T, C, NH);
+  copy_strided(dqkv, st.qkv, dq, st.heads, {B, NH, T, hd});
+  copy_strided(dqkv + C, st.qkv, dkt, st.transposed_heads, {B, NH, T, hd});
+  copy_strided(dqkv + 2 * C, st.qkv, dv, st.heads, {B, NH, T, hd});
 }
 
 }  // namespace forge::tcpu

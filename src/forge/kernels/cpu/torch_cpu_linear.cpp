@@ -164,4 +164,27 @@ void bmm(float* c, BatchView a, BatchView b, int64_t batch, int64_t m, int64_t k
   }
 }
 
+void copy_strided(float* dst, const int64_t* dst_strides, const float* src,
+                  const int64_t* src_strides, const int64_t* sizes, size_t dims) {
+  if (std::any_of(sizes, sizes + dims, [](int64_t n) { return n <= 0; })) return;
+  int64_t index[5] = {};
+  const size_t last = dims - 1;
+  int64_t dst_at = 0, src_at = 0;
+  while (true) {
+    for (int64_t i = 0; i < sizes[last]; ++i)
+      dst[dst_at + i * dst_strides[last]] = src[src_at + i * src_strides[last]];
+    // The next index over the outer dimensions, as an odometer turns.
+    size_t d = last;
+    while (d-- > 0) {
+      dst_at += dst_strides[d];
+      src_at += src_strides[d];
+      if (++index[d] < sizes[d]) break;
+      dst_at -= dst_strides[d] * sizes[d];
+      src_at -= src_strides[d] * sizes[d];
+      index[d] = 0;
+    }
+    if (d == static_cast<size_t>(-1)) return;
+  }
+}
+
 }  // namespace forge::tcpu

@@ -41,6 +41,19 @@ inline BatchView transposed(BatchView v) {
   return {v.data, v.batch_stride, v.col_stride, v.row_stride};
 }
 
+// dst[i . dst_strides] = src[i . src_strides] for every index i over sizes (1 to 5
+// dimensions): the element copy behind torch's .contiguous(), the copies reshape makes, and
+// cat/split into strided slices. Copies are exact, so one routine serves every layout the
+// attention ops move between.
+void copy_strided(float* dst, const int64_t* dst_strides, const float* src,
+                  const int64_t* src_strides, const int64_t* sizes, size_t dims);
+template <size_t N>
+void copy_strided(float* dst, const int64_t (&dst_strides)[N], const float* src,
+                  const int64_t (&src_strides)[N], const int64_t (&sizes)[N]) {
+  static_assert(N >= 1 && N <= 5, "copy_strided takes 1 to 5 dimensions");
+  copy_strided(dst, dst_strides, src, src_strides, sizes, N);
+}
+
 // matmul's reshape of a [B, H, rows, cols] tensor with strides (sb, sh, ...) into
 // [B * H, rows, cols]: the batch stride of the view computeStride finds (TensorUtils.cpp),
 // or nullopt where there is none and reshape copies into a contiguous tensor.

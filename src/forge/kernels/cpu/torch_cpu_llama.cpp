@@ -287,25 +287,18 @@ GqaOperands gqa_operands(const GqaBuffers& g, const float* q, const float* k, co
     x.kt = contiguous_batches(g.kb, hd, T);
     x.v = contiguous_batches(g.vr, T, hd);
   }
-  if (q_bs && kv_bs) return x;
-  for (int64_t b = 0; b < B; ++b)
-    for (int64_t h = 0; h < NH; ++h) {
-      const int64_t bh = b * NH + h, kvh = h / n_rep;
-      for (int64_t t = 0; t < T; ++t) {
-        const float* qr = q + ((b * T + t) * NH + h) * hd;
-        const float* kr = k + ((b * T + t) * KVH + kvh) * hd;
-        const float* vr = v + ((b * T + t) * KVH + kvh) * hd;
-        for (int64_t d = 0; d < hd; ++d) {
-          if (!q_bs) g.qc[(bh * T + t) * hd + d] = qr[d];
-          if (kv_bs) continue;
-          if (repeat_copies)
-            g.kb[(bh * T + t) * hd + d] = kr[d];
-          else
-            g.kb[(bh * hd + d) * T + t] = kr[d];
-          g.vr[(bh * T + t) * hd + d] = vr[d];
-        }
-      }
-    }
+  // Copies over (b, h, t, d) for q; over (b, kv head, repeat, t, d) for k and v, the repeat
+  // index stride 0 as in repeat_kv's expand.
+  if (!q_bs)
+    copy_strided(g.qc, {NH * T * hd, T * hd, hd, 1}, q, {T * NH * hd, hd, NH * hd, 1},
+                 {B, NH, T, hd});
+  if (kv_bs) return x;
+  const int64_t heads[] = {NH * T * hd, n_rep * T * hd, T * hd, hd, 1};
+  const int64_t transposed_heads[] = {NH * hd * T, n_rep * hd * T, hd * T, 1, T};
+  const int64_t kv[] = {T * KVH * hd, hd, 0, KVH * hd, 1};
+  const int64_t kv_sizes[] = {B, KVH, n_rep, T, hd};
+  copy_strided(g.kb, repeat_copies ? heads : transposed_heads, k, kv, kv_sizes);
+  copy_strided(g.vr, heads, v, kv, kv_sizes);
   return x;
 }
 
@@ -358,11 +351,8 @@ void gqa_attention_backward(float* dq, float* dk, float* dv, const float* dout, 
   const BatchView ds = contiguous_batches(g.ds, T, T);
   bmm(g.dqc, ds, transposed(x.kt), BH, T, T, hd);
   bmm(g.dkt, transposed(x.q), ds, BH, hd, T, T);
-  for (int64_t b = 0; b < B; ++b)
-    for (int64_t t = 0; t < T; ++t)
-      for (int64_t h = 0; h < NH; ++h)
-        for (int64_t d = 0; d < hd; ++d)
-          dq[((b * T + t) * NH + h) * hd + d] = g.dqc[((b * NH + h) * T + t) * hd + d];
+  copy_strided(dq, {T * NH * hd, hd, NH * hd, 1}, g.dqc, {NH * T * hd, T * hd, hd, 1},
+               {B, NH, T, hd});
   // repeat_kv's ExpandBackward0: sum over the n_rep copies, from the zero-filled output in
   // repeat order (every branch of cascade_sum adds up to 4 rows that way). Without repeats
   // there is no expand: the grads are only copied back to [B, T, KVH, hd].
