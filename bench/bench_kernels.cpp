@@ -27,6 +27,7 @@
 #include "forge/kernels/cross_entropy.h"
 #include "forge/kernels/gelu.h"
 #include "forge/kernels/gemm.h"
+#include "forge/kernels/gqa_attention.h"
 #include "forge/kernels/layernorm.h"
 
 namespace {
@@ -322,6 +323,36 @@ void BM_AttentionBf16(benchmark::State& state, AttentionShape a, bool backward) 
                          benchmark::Counter::kIsRate, benchmark::Counter::kIs1000);
 }
 
+// The `fast` profile's grouped-query attention (Llama), on llama-small's shape: 8 query heads
+// sharing 2 kv heads. Same counters as the GPT-2 kernels: the FLOPs count the query heads.
+struct GqaBenchShape {
+  const char* name;
+  forge::kernels::GqaShape s;
+};
+const GqaBenchShape kGqa[] = {{"llama", {8, 256, 8, 2, 64}}};
+
+void BM_GqaAttentionFused(benchmark::State& state, GqaBenchShape g, bool backward) {
+  const forge::kernels::GqaShape& s = g.s;
+  const size_t rows = size_t(s.B) * s.T, qw = size_t(s.NH) * s.hd, kvw = size_t(s.KVH) * s.hd;
+  auto q = random_floats(rows * qw, 5), k = random_floats(rows * kvw, 6),
+       v = random_floats(rows * kvw, 7), dout = random_floats(rows * qw, 8);
+  std::vector<float> out(rows * qw), saved(cpu::gqa_attention_saved_floats(s)), dq(rows * qw),
+      dk(rows * kvw), dv(rows * kvw);
+  cpu::gqa_attention_forward(out.data(), saved.data(), q.data(), k.data(), v.data(), s);
+  for (auto _ : state) {
+    if (backward)
+      cpu::gqa_attention_backward(dq.data(), dk.data(), dv.data(), dout.data(), q.data(), k.data(),
+                                  v.data(), out.data(), saved.data(), s);
+    else
+      cpu::gqa_attention_forward(out.data(), saved.data(), q.data(), k.data(), v.data(), s);
+    benchmark::ClobberMemory();
+  }
+  const AttentionShape as{g.name, s.B, s.T, s.NH * s.hd, s.NH};
+  state.counters["GFLOP/s"] =
+      benchmark::Counter(attention_flops(as, backward) * state.iterations(),
+                         benchmark::Counter::kIsRate, benchmark::Counter::kIs1000);
+}
+
 // The unfused forward a framework runs: per head, scores = Q K^T by GEMM into a T x T
 // matrix, masked softmax, out = P V by GEMM (full, not causally trimmed: GEMMs can't skip).
 void BM_AttentionUnfused(benchmark::State& state, AttentionShape a) {
@@ -512,6 +543,10 @@ void register_all() {
       add(std::string("attention/bf16/") + (backward ? "bwd/" : "fwd/") + n, BM_AttentionBf16, a,
           backward);
   }
+  for (const GqaBenchShape& g : kGqa)
+    for (bool backward : {false, true})
+      add(std::string("attention/gqa_fused/") + (backward ? "bwd/" : "fwd/") + g.name,
+          BM_GqaAttentionFused, g, backward);
   for (auto [name, N, C] : {std::tuple{"small", 2048, 384}, std::tuple{"124m", 1024, 768}}) {
     const std::string n = name;
     add("layernorm/fused/fwd/" + n, BM_LayerNormFused, N, C, false);
