@@ -204,10 +204,11 @@ void check_gqa(int B, int T, int NH, int KVH, int hd) {
   const size_t nq = size_t(B) * T * NH * hd, nk = size_t(B) * T * KVH * hd;
   const Floats q = random_floats(nq, 80), k = random_floats(nk, 81), v = random_floats(nk, 82),
                dout = random_floats(nq, 83);
-  Floats out(nq), lse(cpu::gqa_attention_saved_floats(s)), dq(nq, 7.0f), dk(nk, 7.0f), dv(nk, 7.0f);
-  cpu::gqa_attention_forward(out.data(), lse.data(), q.data(), k.data(), v.data(), s);
+  Floats out(nq), saved(cpu::gqa_attention_saved_floats(s), 7.0f), dq(nq, 7.0f), dk(nk, 7.0f),
+      dv(nk, 7.0f);
+  cpu::gqa_attention_forward(out.data(), saved.data(), q.data(), k.data(), v.data(), s);
   cpu::gqa_attention_backward(dq.data(), dk.data(), dv.data(), dout.data(), q.data(), k.data(),
-                              v.data(), out.data(), lse.data(), s);
+                              v.data(), out.data(), saved.data(), s);
   const Doubles q64 = widen(q), k64 = widen(k), v64 = widen(v), d64 = widen(dout);
   Doubles out64(nq), probs(scalar::gqa_attention_saved_floats(s)), dq64(nq), dk64(nk), dv64(nk);
   scalar::gqa_attention_forward(out64.data(), probs.data(), q64.data(), k64.data(), v64.data(), s);
@@ -303,7 +304,9 @@ TEST(LlamaKernels, NumericsDefaultsReachTheKernels) {
   nx->rmsnorm_forward(a.data(), ra.data(), x.data(), w.data(), N, C, 1e-6f);
   cpu::rmsnorm_forward(b.data(), rb.data(), x.data(), w.data(), N, C, 1e-6f);
   EXPECT_EQ(a, b);
-  EXPECT_EQ(nx->gqa_attention_saved_floats(2, 7, 4, 2, 8), size_t(2 * 4 * 7));
+  // lse [B, NH, T], then k^T and v^T [B, KVH, hd, key stride]
+  EXPECT_EQ(nx->gqa_attention_saved_floats(2, 7, 4, 2, 8),
+            size_t(2 * 4 * 7) + 2 * size_t(2 * 2 * 8) * cpu::attention_key_stride(7));
 }
 
 }  // namespace

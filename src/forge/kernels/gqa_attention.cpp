@@ -5,6 +5,7 @@
 #include <limits>
 
 #include "forge/core/error.h"
+#include "forge/kernels/attention.h"
 #include "forge/kernels/cpu/simd.h"
 #include "forge/kernels/cpu/tile_gemm.h"
 
@@ -113,30 +114,39 @@ namespace {
 
 #include "forge/kernels/cpu/attention_rows.inc"
 
-// kQTile queries against kKTile keys at a time: the score tile, one transposed key (or
-// value) tile and the row accumulators stay in L1/L2.
+// kQTile queries against kKTile keys at a time: the score tile and the row accumulators stay
+// in L1, one kv head's k^T and v^T in L2.
 constexpr int kQTile = 32;
 constexpr int kKTile = 64;
 
-struct Tiles {                         // per thread, on the stack (~112 KB)
+struct Tiles {                         // per thread, on the stack (~48 KB at kGqaMaxHeadDim)
   float scores[kQTile * kKTile];       // S, then P
   float dscores[kQTile * kKTile];      // dP, then dS
-  float kt[kGqaMaxHeadDim * kKTile];   // a key or value tile transposed: [hd][keys]
   float acc[kQTile * kGqaMaxHeadDim];  // out (forward) or dQ (backward) of the query tile
 };
 
-// dst[d * kKTile + j] = src[j * ld + d]: score rows then run contiguously along keys.
-void transpose_tile(float* dst, const float* src, size_t ld, int n, int hd) {
-  for (int j = 0; j < n; ++j)
-    for (int d = 0; d < hd; ++d) dst[d * kKTile + j] = src[j * ld + d];
-}
+// Where saved keeps lse [B, NH, T], k^T and v^T [B, KVH, hd, ldt] (see gqa_attention.h).
+struct Saved {
+  float *lse, *kt, *vt;
+  size_t ldt;
+  Saved(const float* saved, const GqaShape& s) : ldt(attention_key_stride(s.T)) {
+    float* p = const_cast<float*>(saved);
+    lse = p;
+    kt = p + static_cast<size_t>(s.B) * s.NH * s.T;
+    vt = kt + static_cast<size_t>(s.B) * s.KVH * s.hd * ldt;
+  }
+  // kv head g of sequence b, hd rows of ldt
+  size_t head(const GqaShape& s, int b, int g) const {
+    return (static_cast<size_t>(b) * s.KVH + g) * s.hd * ldt;
+  }
+};
 
 // P = exp(scale Q K^T - lse) for one (query tile, key tile), masked; into tiles.scores.
-void probabilities(Tiles& tl, const float* qblk, int ldq, const float* kblk, size_t ldk,
+// kt points at the key tile's first column of the head's k^T.
+void probabilities(Tiles& tl, const float* qblk, int ldq, const float* kt, int ldt,
                    const float* lse, int i0, int nq, int j0, int nk, int hd, float scale) {
-  transpose_tile(tl.kt, kblk, ldk, nk, hd);
   std::fill(tl.scores, tl.scores + nq * kKTile, 0.0f);
-  tile::gemm_acc(nq, nk, hd, qblk, ldq, 1, tl.kt, kKTile, tl.scores, kKTile);
+  tile::gemm_acc(nq, nk, hd, qblk, ldq, 1, kt, ldt, tl.scores, kKTile);
   for (int r = 0; r < nq; ++r) {
     float* srow = tl.scores + r * kKTile;
     scale_and_mask(srow, nk, scale, i0 + r + 1 - j0);
@@ -146,26 +156,43 @@ void probabilities(Tiles& tl, const float* qblk, int ldq, const float* kblk, siz
 
 }  // namespace
 
-void gqa_attention_forward(float* out, float* lse, const float* q, const float* k, const float* v,
+size_t gqa_attention_saved_floats(const GqaShape& s) {
+  return static_cast<size_t>(s.B) *
+         (static_cast<size_t>(s.NH) * s.T +
+          2 * static_cast<size_t>(s.KVH) * s.hd * attention_key_stride(s.T));
+}
+
+void gqa_attention_forward(float* out, float* saved, const float* q, const float* k, const float* v,
                            const GqaShape& s) {
   check_shape(s);
   const int T = s.T, NH = s.NH, KVH = s.KVH, hd = s.hd, rep = NH / KVH;
   FORGE_CHECK(hd <= kGqaMaxHeadDim, "attention head dim {} exceeds {}", hd, kGqaMaxHeadDim);
   const int ldq = NH * hd, ldk = KVH * hd;
   const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
+  const Saved sv(saved, s);
+  const int ldt = static_cast<int>(sv.ldt);
   const int q_tiles = (T + kQTile - 1) / kQTile;
-  // Later query tiles see more keys: tasks are handed out dynamically.
 #pragma omp parallel
   {
+    // Each kv head's keys and values transposed once, for all its query heads and tiles here
+    // and for backward.
+#pragma omp for collapse(2) schedule(static)
+    for (int b = 0; b < s.B; ++b)
+      for (int g = 0; g < KVH; ++g) {
+        const size_t kv0 = static_cast<size_t>(b) * T * ldk + g * hd;
+        transpose_head(sv.kt + sv.head(s, b, g), sv.ldt, k + kv0, ldk, T, hd);
+        transpose_head(sv.vt + sv.head(s, b, g), sv.ldt, v + kv0, ldk, T, hd);
+      }
     Tiles tl;
     float m[kQTile], z[kQTile];
+    // Later query tiles see more keys: tasks are handed out dynamically.
 #pragma omp for collapse(3) schedule(dynamic, 1)
     for (int b = 0; b < s.B; ++b)
       for (int h = 0; h < NH; ++h)
         for (int qt = 0; qt < q_tiles; ++qt) {
           const int g = h / rep;
           const float* qb = q + static_cast<size_t>(b) * T * ldq + h * hd;
-          const float* kb = k + static_cast<size_t>(b) * T * ldk + g * hd;
+          const float* kt = sv.kt + sv.head(s, b, g);
           const float* vb = v + static_cast<size_t>(b) * T * ldk + g * hd;
           const int i0 = qt * kQTile, nq = std::min(kQTile, T - i0);
           std::fill(m, m + nq, -std::numeric_limits<float>::infinity());
@@ -173,9 +200,8 @@ void gqa_attention_forward(float* out, float* lse, const float* q, const float* 
           std::fill(tl.acc, tl.acc + nq * hd, 0.0f);
           for (int j0 = 0; j0 < i0 + nq; j0 += kKTile) {
             const int nk = std::min(kKTile, i0 + nq - j0);
-            transpose_tile(tl.kt, kb + static_cast<size_t>(j0) * ldk, ldk, nk, hd);
             std::fill(tl.scores, tl.scores + nq * kKTile, 0.0f);
-            tile::gemm_acc(nq, nk, hd, qb + static_cast<size_t>(i0) * ldq, ldq, 1, tl.kt, kKTile,
+            tile::gemm_acc(nq, nk, hd, qb + static_cast<size_t>(i0) * ldq, ldq, 1, kt + j0, ldt,
                            tl.scores, kKTile);
             for (int r = 0; r < nq; ++r) {
               float* srow = tl.scores + r * kKTile;
@@ -198,20 +224,22 @@ void gqa_attention_forward(float* out, float* lse, const float* q, const float* 
             float* o = out + (static_cast<size_t>(b) * T + i) * ldq + h * hd;
             const float inv = 1.0f / z[r];
             for (int d = 0; d < hd; ++d) o[d] = tl.acc[r * hd + d] * inv;
-            lse[(static_cast<size_t>(b) * NH + h) * T + i] = m[r] + std::log(z[r]);
+            sv.lse[(static_cast<size_t>(b) * NH + h) * T + i] = m[r] + std::log(z[r]);
           }
         }
   }
 }
 
 void gqa_attention_backward(float* dq, float* dk, float* dv, const float* dout, const float* q,
-                            const float* k, const float* v, const float* out, const float* lse,
+                            const float* k, const float* v, const float* out, const float* saved,
                             const GqaShape& s) {
   check_shape(s);
   const int T = s.T, NH = s.NH, KVH = s.KVH, hd = s.hd, rep = NH / KVH;
   FORGE_CHECK(hd <= kGqaMaxHeadDim, "attention head dim {} exceeds {}", hd, kGqaMaxHeadDim);
   const int ldq = NH * hd, ldk = KVH * hd;
   const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
+  const Saved sv(saved, s);
+  const int ldt = static_cast<int>(sv.ldt);
   // One task per (b, kv head): it owns that head's dk/dv columns and the dq columns of the
   // query heads in its group, so dk and dv sum over the group's heads (in head order, then
   // query tiles) with no other thread touching them.
@@ -224,7 +252,8 @@ void gqa_attention_backward(float* dq, float* dk, float* dv, const float* dout, 
       for (int g = 0; g < KVH; ++g) {
         const size_t kv0 = static_cast<size_t>(b) * T * ldk + g * hd;
         const float* kb = k + kv0;
-        const float* vb = v + kv0;
+        const float* kt = sv.kt + sv.head(s, b, g);
+        const float* vt = sv.vt + sv.head(s, b, g);
         float* dkb = dk + kv0;
         float* dvb = dv + kv0;
         for (int t = 0; t < T; ++t) {
@@ -239,7 +268,7 @@ void gqa_attention_backward(float* dq, float* dk, float* dv, const float* dout, 
           const float* dob = dout + q0;
           const float* ob = out + q0;
           float* dqb = dq + q0;
-          const float* row_lse = lse + (static_cast<size_t>(b) * NH + h) * T;
+          const float* row_lse = sv.lse + (static_cast<size_t>(b) * NH + h) * T;
           for (int i0 = 0; i0 < T; i0 += kQTile) {
             const int nq = std::min(kQTile, T - i0);
             const float* qblk = qb + static_cast<size_t>(i0) * ldq;
@@ -252,12 +281,10 @@ void gqa_attention_backward(float* dq, float* dk, float* dv, const float* dout, 
             for (int j0 = 0; j0 < i0 + nq; j0 += kKTile) {
               const int nk = std::min(kKTile, i0 + nq - j0);
               const float* kblk = kb + static_cast<size_t>(j0) * ldk;
-              const float* vblk = vb + static_cast<size_t>(j0) * ldk;
-              probabilities(tl, qblk, ldq, kblk, ldk, row_lse, i0, nq, j0, nk, hd, scale);
+              probabilities(tl, qblk, ldq, kt + j0, ldt, row_lse, i0, nq, j0, nk, hd, scale);
               // dP = dO V^T
-              transpose_tile(tl.kt, vblk, ldk, nk, hd);
               std::fill(tl.dscores, tl.dscores + nq * kKTile, 0.0f);
-              tile::gemm_acc(nq, nk, hd, doblk, ldq, 1, tl.kt, kKTile, tl.dscores, kKTile);
+              tile::gemm_acc(nq, nk, hd, doblk, ldq, 1, vt + j0, ldt, tl.dscores, kKTile);
               // dS = P (dP - D) scale   (the score scale folded in here)
               for (int r = 0; r < nq; ++r) {
                 const float* p = tl.scores + r * kKTile;

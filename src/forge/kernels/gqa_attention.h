@@ -12,8 +12,8 @@
 // Layouts: q [B, T, NH, hd], k and v [B, T, KVH, hd] (rows as the q/k/v projections write
 // them), out [B, T, NH * hd]. dq, dk, dv are overwritten.
 //
-// scalar:: keeps the probabilities p[B, NH, T, T]; cpu:: keeps lse[B, NH, T] and recomputes
-// p tile by tile in backward (flash-attention style), never forming a T x T matrix.
+// scalar:: keeps the probabilities p[B, NH, T, T]; cpu:: keeps lse[B, NH, T] (and k^T, v^T) and
+// recomputes p tile by tile in backward (flash-attention style), never forming a T x T matrix.
 #pragma once
 
 #include <cstddef>
@@ -39,13 +39,14 @@ void gqa_attention_backward(Real* dq, Real* dk, Real* dv, const Real* dout, cons
 namespace cpu {
 // Largest head dimension the tiled kernels accept (their accumulators live on the stack).
 inline constexpr int kGqaMaxHeadDim = 256;
-inline size_t gqa_attention_saved_floats(const GqaShape& s) {
-  return static_cast<size_t>(s.B) * s.NH * s.T;
-}
-void gqa_attention_forward(float* out, float* lse, const float* q, const float* k, const float* v,
+// saved = lse [B, NH, T] | k^T | v^T [B, KVH, hd, attention_key_stride(T)] (attention.h):
+// forward transposes each kv head's keys and values once, for all query heads of its group and
+// for backward, instead of once per (query tile, key tile).
+size_t gqa_attention_saved_floats(const GqaShape& s);
+void gqa_attention_forward(float* out, float* saved, const float* q, const float* k, const float* v,
                            const GqaShape& s);
 void gqa_attention_backward(float* dq, float* dk, float* dv, const float* dout, const float* q,
-                            const float* k, const float* v, const float* out, const float* lse,
+                            const float* k, const float* v, const float* out, const float* saved,
                             const GqaShape& s);
 }  // namespace cpu
 
