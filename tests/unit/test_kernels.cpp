@@ -17,6 +17,7 @@
 #include "forge/kernels/attention.h"
 #include "forge/kernels/bf16_gemm.h"
 #include "forge/kernels/cpu/dispatch.h"
+#include "forge/kernels/cpu/tile_gemm.h"
 #include "forge/kernels/cross_entropy.h"
 #include "forge/kernels/elementwise.h"
 #include "forge/kernels/embedding.h"
@@ -304,6 +305,53 @@ TEST(Kernels, GemmBackendsMatchFloat64) {
   check_gemm_backend(GemmBackend::kOneDNN);
   check_gemm_backend(GemmBackend::kOneDnnMatmul);
   for_each_isa([] { check_gemm_backend(GemmBackend::kForge); });
+}
+
+// The attention kernels' small products (tile_gemm.inc, here on the build's ISA): C += A B and
+// C = A B, A read through row and column strides (the kernels pass swapped strides for A^T),
+// on sizes that leave every ragged end (rows past the 12/6/4/2 blocks, columns past whole
+// vectors) and K = 1. gemm must give the bits gemm_acc gives on a zeroed C, whatever C held.
+TEST(Kernels, TileGemmMatchesFloat64) {
+  namespace tile = forge::kernels::tile;
+  for (int M : {1, 3, 13, 32})
+    for (int N : {1, 7, 16, 37, 64})
+      for (int K : {1, 5, 64})
+        for (bool transposed : {false, true}) {
+          SCOPED_TRACE(testing::Message()
+                       << "M=" << M << " N=" << N << " K=" << K << " transposed=" << transposed);
+          const int lda = (transposed ? M : K) + 3, ldb = N + 5, ldc = N + 2;
+          const int a_row = transposed ? 1 : lda, a_col = transposed ? lda : 1;
+          const Floats A = random_floats(size_t(transposed ? K : M) * lda, 120),
+                       B = random_floats(size_t(K) * ldb, 121),
+                       C0 = random_floats(size_t(M) * ldc, 122);
+          Floats acc = C0, set(C0.size(), 7.0f), zeroed(C0.size(), 0.0f);
+          tile::gemm_acc(M, N, K, A.data(), a_row, a_col, B.data(), ldb, acc.data(), ldc);
+          tile::gemm(M, N, K, A.data(), a_row, a_col, B.data(), ldb, set.data(), ldc);
+          tile::gemm_acc(M, N, K, A.data(), a_row, a_col, B.data(), ldb, zeroed.data(), ldc);
+          Floats acc_c, set_c, zeroed_c;
+          Doubles acc64, set64;
+          for (int i = 0; i < M; ++i)
+            for (int j = 0; j < N; ++j) {
+              double dot = 0.0;
+              for (int k = 0; k < K; ++k)
+                dot += double(A[size_t(i) * a_row + size_t(k) * a_col]) * B[size_t(k) * ldb + j];
+              const size_t c = size_t(i) * ldc + j;
+              acc64.push_back(C0[c] + dot);
+              set64.push_back(dot);
+              acc_c.push_back(acc[c]);
+              set_c.push_back(set[c]);
+              zeroed_c.push_back(zeroed[c]);
+            }
+          EXPECT_LT(rel_l2(acc_c, acc64), kTol);
+          EXPECT_LT(rel_l2(set_c, set64), kTol);
+          EXPECT_EQ(set_c, zeroed_c);
+          // the padding between rows is not written
+          for (int i = 0; i < M; ++i)
+            for (int j = N; j < ldc; ++j) {
+              EXPECT_EQ(acc[size_t(i) * ldc + j], C0[size_t(i) * ldc + j]);
+              EXPECT_EQ(set[size_t(i) * ldc + j], 7.0f);
+            }
+        }
 }
 
 // Each thread owns a share of C and every element is summed over K in one order, so the

@@ -145,8 +145,7 @@ struct Saved {
 // kt points at the key tile's first column of the head's k^T.
 void probabilities(Tiles& tl, const float* qblk, int ldq, const float* kt, int ldt,
                    const float* lse, int i0, int nq, int j0, int nk, int hd, float scale) {
-  std::fill(tl.scores, tl.scores + nq * kKTile, 0.0f);
-  tile::gemm_acc(nq, nk, hd, qblk, ldq, 1, kt, ldt, tl.scores, kKTile);
+  tile::gemm(nq, nk, hd, qblk, ldq, 1, kt, ldt, tl.scores, kKTile);
   for (int r = 0; r < nq; ++r) {
     float* srow = tl.scores + r * kKTile;
     scale_and_mask(srow, nk, scale, i0 + r + 1 - j0);
@@ -200,9 +199,8 @@ void gqa_attention_forward(float* out, float* saved, const float* q, const float
           std::fill(tl.acc, tl.acc + nq * hd, 0.0f);
           for (int j0 = 0; j0 < i0 + nq; j0 += kKTile) {
             const int nk = std::min(kKTile, i0 + nq - j0);
-            std::fill(tl.scores, tl.scores + nq * kKTile, 0.0f);
-            tile::gemm_acc(nq, nk, hd, qb + static_cast<size_t>(i0) * ldq, ldq, 1, kt + j0, ldt,
-                           tl.scores, kKTile);
+            tile::gemm(nq, nk, hd, qb + static_cast<size_t>(i0) * ldq, ldq, 1, kt + j0, ldt,
+                       tl.scores, kKTile);
             for (int r = 0; r < nq; ++r) {
               float* srow = tl.scores + r * kKTile;
               scale_and_mask(srow, nk, scale, i0 + r + 1 - j0);
@@ -283,8 +281,7 @@ void gqa_attention_backward(float* dq, float* dk, float* dv, const float* dout, 
               const float* kblk = kb + static_cast<size_t>(j0) * ldk;
               probabilities(tl, qblk, ldq, kt + j0, ldt, row_lse, i0, nq, j0, nk, hd, scale);
               // dP = dO V^T
-              std::fill(tl.dscores, tl.dscores + nq * kKTile, 0.0f);
-              tile::gemm_acc(nq, nk, hd, doblk, ldq, 1, vt + j0, ldt, tl.dscores, kKTile);
+              tile::gemm(nq, nk, hd, doblk, ldq, 1, vt + j0, ldt, tl.dscores, kKTile);
               // dS = P (dP - D) scale   (the score scale folded in here)
               for (int r = 0; r < nq; ++r) {
                 const float* p = tl.scores + r * kKTile;
