@@ -38,10 +38,29 @@ inline constexpr int kMaxHeadDim = 256;
 // not put every row of a tile in the same few L1 sets (measured: T = 256 without the padding
 // made the forward 13% slower than transposing each tile anew).
 inline size_t attention_key_stride(int T) { return (static_cast<size_t>(T) + 15) / 16 * 16 + 16; }
-// saved = lse | k^T | v^T
+// What the fused fp32 kernels save for backward, GPT-2's (KVH = NH) and Llama's grouped-query
+// ones (gqa_attention.h) alike: saved = lse [B, NH, T] | k^T | v^T [B, KVH, hd, ldt], the
+// transposes written by forward once per kv head.
+struct AttentionSaved {
+  static size_t floats(int B, int T, int NH, int KVH, int hd) {
+    return static_cast<size_t>(B) * (static_cast<size_t>(NH) * T +
+                                     2 * static_cast<size_t>(KVH) * hd * attention_key_stride(T));
+  }
+  AttentionSaved(const float* saved, int B, int T, int NH, int KVH, int hd)
+      : ldt(attention_key_stride(T)),
+        head_floats(static_cast<size_t>(hd) * ldt),
+        lse(const_cast<float*>(saved)),
+        kt(lse + static_cast<size_t>(B) * NH * T),
+        vt(kt + static_cast<size_t>(B) * KVH * head_floats) {}
+  // kv head g of sequence b is kv_head = b * KVH + g
+  float* head_kt(size_t kv_head) const { return kt + kv_head * head_floats; }
+  float* head_vt(size_t kv_head) const { return vt + kv_head * head_floats; }
+
+  size_t ldt, head_floats;
+  float *lse, *kt, *vt;
+};
 inline size_t attention_saved_floats(int B, int T, int C, int NH) {
-  return static_cast<size_t>(B) *
-         (static_cast<size_t>(NH) * T + 2 * static_cast<size_t>(C) * attention_key_stride(T));
+  return AttentionSaved::floats(B, T, NH, NH, C / NH);
 }
 void attention_forward(float* out, float* saved, const float* qkv, int B, int T, int C, int NH);
 void attention_backward(float* dqkv, const float* dout, const float* qkv, const float* out,

@@ -125,22 +125,6 @@ struct Tiles {                         // per thread, on the stack (~48 KB at kG
   float acc[kQTile * kGqaMaxHeadDim];  // out (forward) or dQ (backward) of the query tile
 };
 
-// Where saved keeps lse [B, NH, T], k^T and v^T [B, KVH, hd, ldt] (see gqa_attention.h).
-struct Saved {
-  float *lse, *kt, *vt;
-  size_t ldt;
-  Saved(const float* saved, const GqaShape& s) : ldt(attention_key_stride(s.T)) {
-    float* p = const_cast<float*>(saved);
-    lse = p;
-    kt = p + static_cast<size_t>(s.B) * s.NH * s.T;
-    vt = kt + static_cast<size_t>(s.B) * s.KVH * s.hd * ldt;
-  }
-  // kv head g of sequence b, hd rows of ldt
-  size_t head(const GqaShape& s, int b, int g) const {
-    return (static_cast<size_t>(b) * s.KVH + g) * s.hd * ldt;
-  }
-};
-
 // P = exp(scale Q K^T - lse) for one (query tile, key tile), masked; into tiles.scores.
 // kt points at the key tile's first column of the head's k^T.
 void probabilities(Tiles& tl, const float* qblk, int ldq, const float* kt, int ldt,
@@ -156,9 +140,7 @@ void probabilities(Tiles& tl, const float* qblk, int ldq, const float* kt, int l
 }  // namespace
 
 size_t gqa_attention_saved_floats(const GqaShape& s) {
-  return static_cast<size_t>(s.B) *
-         (static_cast<size_t>(s.NH) * s.T +
-          2 * static_cast<size_t>(s.KVH) * s.hd * attention_key_stride(s.T));
+  return AttentionSaved::floats(s.B, s.T, s.NH, s.KVH, s.hd);
 }
 
 void gqa_attention_forward(float* out, float* saved, const float* q, const float* k, const float* v,
@@ -168,7 +150,7 @@ void gqa_attention_forward(float* out, float* saved, const float* q, const float
   FORGE_CHECK(hd <= kGqaMaxHeadDim, "attention head dim {} exceeds {}", hd, kGqaMaxHeadDim);
   const int ldq = NH * hd, ldk = KVH * hd;
   const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
-  const Saved sv(saved, s);
+  const AttentionSaved sv(saved, s.B, s.T, s.NH, s.KVH, s.hd);
   const int ldt = static_cast<int>(sv.ldt);
   const int q_tiles = (T + kQTile - 1) / kQTile;
 #pragma omp parallel
@@ -178,9 +160,9 @@ void gqa_attention_forward(float* out, float* saved, const float* q, const float
 #pragma omp for collapse(2) schedule(static)
     for (int b = 0; b < s.B; ++b)
       for (int g = 0; g < KVH; ++g) {
-        const size_t kv0 = static_cast<size_t>(b) * T * ldk + g * hd;
-        transpose_head(sv.kt + sv.head(s, b, g), sv.ldt, k + kv0, ldk, T, hd);
-        transpose_head(sv.vt + sv.head(s, b, g), sv.ldt, v + kv0, ldk, T, hd);
+        const size_t kv0 = static_cast<size_t>(b) * T * ldk + g * hd, kv_head = b * KVH + g;
+        transpose_head(sv.head_kt(kv_head), sv.ldt, k + kv0, ldk, T, hd);
+        transpose_head(sv.head_vt(kv_head), sv.ldt, v + kv0, ldk, T, hd);
       }
     Tiles tl;
     float m[kQTile], z[kQTile];
@@ -191,7 +173,7 @@ void gqa_attention_forward(float* out, float* saved, const float* q, const float
         for (int qt = 0; qt < q_tiles; ++qt) {
           const int g = h / rep;
           const float* qb = q + static_cast<size_t>(b) * T * ldq + h * hd;
-          const float* kt = sv.kt + sv.head(s, b, g);
+          const float* kt = sv.head_kt(static_cast<size_t>(b) * KVH + g);
           const float* vb = v + static_cast<size_t>(b) * T * ldk + g * hd;
           const int i0 = qt * kQTile, nq = std::min(kQTile, T - i0);
           std::fill(m, m + nq, -std::numeric_limits<float>::infinity());
@@ -236,7 +218,7 @@ void gqa_attention_backward(float* dq, float* dk, float* dv, const float* dout, 
   FORGE_CHECK(hd <= kGqaMaxHeadDim, "attention head dim {} exceeds {}", hd, kGqaMaxHeadDim);
   const int ldq = NH * hd, ldk = KVH * hd;
   const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
-  const Saved sv(saved, s);
+  const AttentionSaved sv(saved, s.B, s.T, s.NH, s.KVH, s.hd);
   const int ldt = static_cast<int>(sv.ldt);
   // One task per (b, kv head): it owns that head's dk/dv columns and the dq columns of the
   // query heads in its group, so dk and dv sum over the group's heads (in head order, then
@@ -250,8 +232,9 @@ void gqa_attention_backward(float* dq, float* dk, float* dv, const float* dout, 
       for (int g = 0; g < KVH; ++g) {
         const size_t kv0 = static_cast<size_t>(b) * T * ldk + g * hd;
         const float* kb = k + kv0;
-        const float* kt = sv.kt + sv.head(s, b, g);
-        const float* vt = sv.vt + sv.head(s, b, g);
+        const size_t kv_head = static_cast<size_t>(b) * KVH + g;
+        const float* kt = sv.head_kt(kv_head);
+        const float* vt = sv.head_vt(kv_head);
         float* dkb = dk + kv0;
         float* dvb = dv + kv0;
         for (int t = 0; t < T; ++t) {
