@@ -26,16 +26,6 @@ float attention_scale(int64_t hd) {
   return static_cast<float>(1.0 / std::sqrt(static_cast<double>(hd)));
 }
 
-// Strides of q's, k's or v's view of qkv [B, T, 3C] over (b, h, t, d), and of a contiguous
-// [B*NH, T, hd] (heads) or [B*NH, hd, T] (transposed heads) over the same indices.
-struct HeadStrides {
-  int64_t qkv[4], heads[4], transposed_heads[4];
-};
-HeadStrides head_strides(int64_t T, int64_t C, int64_t NH) {
-  const int64_t hd = C / NH;
-  return {{T * 3 * C, hd, 3 * C, 1}, {NH * T * hd, T * hd, hd, 1}, {NH * hd * T, hd * T, 1, T}};
-}
-
 struct QkvOperands {
   BatchView q, kt, v;
 };
@@ -48,10 +38,10 @@ QkvOperands qkv_operands(float* q, float* kt, float* v, const float* qkv, int64_
   // q's view [B, NH, T, hd] has strides (T * 3C, hd, 3C, 1); k's and v's the same.
   if (const auto bs = folded_batch_stride(B, T * 3 * C, NH, hd))
     return {{qkv, *bs, 3 * C, 1}, {qkv + C, *bs, 1, 3 * C}, {qkv + 2 * C, *bs, 3 * C, 1}};
-  const HeadStrides st = head_strides(T, C, NH);
-  copy_strided(q, st.heads, qkv, st.qkv, {B, NH, T, hd});
-  copy_strided(kt, st.transposed_heads, qkv + C, st.qkv, {B, NH, T, hd});
-  copy_strided(v, st.heads, qkv + 2 * C, st.qkv, {B, NH, T, hd});
+  const HeadStrides st = head_strides(T, 3 * C, NH, hd);
+  copy_strided(q, st.heads, qkv, st.rows, {B, NH, T, hd});
+  copy_strided(kt, st.transposed_heads, qkv + C, st.rows, {B, NH, T, hd});
+  copy_strided(v, st.heads, qkv + 2 * C, st.rows, {B, NH, T, hd});
   return {contiguous_batches(q, T, hd), contiguous_batches(kt, hd, T),
           contiguous_batches(v, T, hd)};
 }
@@ -62,14 +52,16 @@ BatchView attention_output_gradient(float* dy, const float* dout, int64_t B, int
                                     int64_t hd) {
   const int64_t C = NH * hd;
   if (const auto bs = folded_batch_stride(B, T * C, NH, hd)) return {dout, *bs, C, 1};
-  copy_strided(dy, {NH * T * hd, T * hd, hd, 1}, dout, {T * C, hd, C, 1}, {B, NH, T, hd});
+  const HeadStrides st = head_strides(T, C, NH, hd);
+  copy_strided(dy, st.heads, dout, st.rows, {B, NH, T, hd});
   return contiguous_batches(dy, T, hd);
 }
 
 void attention_output_rows(float* out, const float* y, int64_t B, int64_t T, int64_t NH,
                            int64_t hd) {
   const int64_t C = NH * hd;
-  copy_strided(out, {T * C, hd, C, 1}, y, {NH * T * hd, T * hd, hd, 1}, {B, NH, T, hd});
+  const HeadStrides st = head_strides(T, C, NH, hd);
+  copy_strided(out, st.rows, y, st.heads, {B, NH, T, hd});
 }
 
 size_t attention_scratch_floats(int64_t B, int64_t T, int64_t C, int64_t NH) {
@@ -166,10 +158,10 @@ void attention_backward(float* dqkv, const float* dout, const float* qkv, const 
   bmm(dq, contiguous_batches(dS, T, T), transposed(x.kt), BH, T, T, hd);
   bmm(dkt, transposed(x.q), contiguous_batches(dS, T, T), BH, hd, T, T);
   // split backward: the three grads concatenated back into [B, T, 3C]
-  const HeadStrides st = head_strides(T, C, NH);
-  copy_strided(dqkv, st.qkv, dq, st.heads, {B, NH, T, hd});
-  copy_strided(dqkv + C, st.qkv, dkt, st.transposed_heads, {B, NH, T, hd});
-  copy_strided(dqkv + 2 * C, st.qkv, dv, st.heads, {B, NH, T, hd});
+  const HeadStrides st = head_strides(T, 3 * C, NH, hd);
+  copy_strided(dqkv, st.rows, dq, st.heads, {B, NH, T, hd});
+  copy_strided(dqkv + C, st.rows, dkt, st.transposed_heads, {B, NH, T, hd});
+  copy_strided(dqkv + 2 * C, st.rows, dv, st.heads, {B, NH, T, hd});
 }
 
 }  // namespace forge::tcpu

@@ -54,6 +54,17 @@ void copy_strided(float* dst, const int64_t (&dst_strides)[N], const float* src,
   copy_strided(dst, dst_strides, src, src_strides, sizes, N);
 }
 
+// Strides over (b, h, t, d) of H heads of width hd in the three layouts the attention ops
+// copy between: columns [h * hd, (h + 1) * hd) of [B, T, row] rows (a projection's output;
+// q, k or v of qkv with row = 3C), contiguous heads [B*H, T, hd], transposed heads
+// [B*H, hd, T].
+struct HeadStrides {
+  int64_t rows[4], heads[4], transposed_heads[4];
+};
+inline HeadStrides head_strides(int64_t T, int64_t row, int64_t H, int64_t hd) {
+  return {{T * row, hd, row, 1}, {H * T * hd, T * hd, hd, 1}, {H * hd * T, hd * T, 1, T}};
+}
+
 // matmul's reshape of a [B, H, rows, cols] tensor with strides (sb, sh, ...) into
 // [B * H, rows, cols]: the batch stride of the view computeStride finds (TensorUtils.cpp),
 // or nullopt where there is none and reshape copies into a contiguous tensor.

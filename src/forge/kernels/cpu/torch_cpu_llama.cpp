@@ -289,9 +289,10 @@ GqaOperands gqa_operands(const GqaBuffers& g, const float* q, const float* k, co
   }
   // Copies over (b, h, t, d) for q; over (b, kv head, repeat, t, d) for k and v, the repeat
   // index stride 0 as in repeat_kv's expand.
-  if (!q_bs)
-    copy_strided(g.qc, {NH * T * hd, T * hd, hd, 1}, q, {T * NH * hd, hd, NH * hd, 1},
-                 {B, NH, T, hd});
+  if (!q_bs) {
+    const HeadStrides st = head_strides(T, NH * hd, NH, hd);
+    copy_strided(g.qc, st.heads, q, st.rows, {B, NH, T, hd});
+  }
   if (kv_bs) return x;
   const int64_t heads[] = {NH * T * hd, n_rep * T * hd, T * hd, hd, 1};
   const int64_t transposed_heads[] = {NH * hd * T, n_rep * hd * T, hd * T, 1, T};
@@ -351,30 +352,29 @@ void gqa_attention_backward(float* dq, float* dk, float* dv, const float* dout, 
   const BatchView ds = contiguous_batches(g.ds, T, T);
   bmm(g.dqc, ds, transposed(x.kt), BH, T, T, hd);
   bmm(g.dkt, transposed(x.q), ds, BH, hd, T, T);
-  copy_strided(dq, {T * NH * hd, hd, NH * hd, 1}, g.dqc, {NH * T * hd, T * hd, hd, 1},
-               {B, NH, T, hd});
+  const HeadStrides qs = head_strides(T, NH * hd, NH, hd);
+  copy_strided(dq, qs.rows, g.dqc, qs.heads, {B, NH, T, hd});
+  // Without repeats there is no expand: the grads are only copied back to [B, T, KVH, hd].
+  if (n_rep == 1) {
+    const HeadStrides ks = head_strides(T, KVH * hd, KVH, hd);
+    copy_strided(dk, ks.rows, g.dkt, ks.transposed_heads, {B, KVH, T, hd});
+    copy_strided(dv, ks.rows, g.dvr, ks.heads, {B, KVH, T, hd});
+    return;
+  }
   // repeat_kv's ExpandBackward0: sum over the n_rep copies, from the zero-filled output in
-  // repeat order (every branch of cascade_sum adds up to 4 rows that way). Without repeats
-  // there is no expand: the grads are only copied back to [B, T, KVH, hd].
+  // repeat order (every branch of cascade_sum adds up to 4 rows that way).
   for (int64_t b = 0; b < B; ++b)
     for (int64_t t = 0; t < T; ++t)
       for (int64_t gk = 0; gk < KVH; ++gk)
         for (int64_t d = 0; d < hd; ++d) {
           const int64_t bh0 = b * NH + gk * n_rep;
-          float* dko = dk + ((b * T + t) * KVH + gk) * hd + d;
-          float* dvo = dv + ((b * T + t) * KVH + gk) * hd + d;
-          if (n_rep == 1) {
-            *dko = g.dkt[(bh0 * hd + d) * T + t];
-            *dvo = g.dvr[(bh0 * T + t) * hd + d];
-            continue;
-          }
           float sk = 0.0f, sv = 0.0f;
           for (int64_t r = 0; r < n_rep; ++r) {
             sk += g.dkt[((bh0 + r) * hd + d) * T + t];
             sv += g.dvr[((bh0 + r) * T + t) * hd + d];
           }
-          *dko = sk;
-          *dvo = sv;
+          dk[((b * T + t) * KVH + gk) * hd + d] = sk;
+          dv[((b * T + t) * KVH + gk) * hd + d] = sv;
         }
 }
 
