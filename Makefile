@@ -27,7 +27,7 @@ test: setup
 	cd build && ctest --output-on-failure -j1 --timeout 1500
 
 format:
-	clang-format -i $$(git ls-files 'src/*.cpp' 'src/*.h' 'tests/*.cpp' 'bench/*.cpp')
+	clang-format -i $$(scripts/cxx_sources.sh)
 
 clean:
 	rm -rf build

@@ -8,11 +8,7 @@ SRC=$2
 fail() { echo "FAIL: $*" >&2; exit 1; }
 command -v clang-format >/dev/null || fail "clang-format is missing (scripts/setup.sh installs it)"
 cd "$SRC"
-if [ -d .git ]; then
-  mapfile -t files < <(git ls-files 'src/*.cpp' 'src/*.h' 'tests/*.cpp' 'bench/*.cpp')
-else  # a copy without its history: the same folders and suffixes
-  mapfile -t files < <(find src tests bench -type f \( -name '*.cpp' -o -name '*.h' \) | sort)
-fi
+mapfile -t files < <(scripts/cxx_sources.sh)  # the list `make format` rewrites
 ((${#files[@]} > 100)) || fail "found ${#files[@]} sources under $SRC, expected more than 100"
 clang-format --dry-run --Werror "${files[@]}" ||
   fail "sources differ from clang-format's output: run \`make format\`"

@@ -45,8 +45,8 @@ inline double mean_cross_entropy(const std::vector<double>& logits, int N, int V
 }
 
 struct GradcheckOptions {
-  double h = 1e-6;     // central-difference step in float64
-  double tol = 1e-4;   // per-tensor ||analytic - fd|| / ||fd||, fp32 gradients vs float64
+  double h = 1e-6;    // central-difference step in float64
+  double tol = 1e-4;  // per-tensor ||analytic - fd|| / ||fd||, fp32 gradients vs float64
   // Whether a tensor may have no gradient at all (it must then be exactly zero in the
   // engine too); otherwise such a tensor fails: comparing against nothing proves nothing.
   bool allow_zero_gradient = false;

@@ -40,8 +40,8 @@ struct TorchFixtures {
 
   TorchFixtures(const std::string& script, int threads) {
     std::ostringstream name, os;
-    name << "forge_" << std::filesystem::path(script).stem().string() << "_" << ::getpid()
-         << "_t" << threads;
+    name << "forge_" << std::filesystem::path(script).stem().string() << "_" << ::getpid() << "_t"
+         << threads;
     dir = std::filesystem::temp_directory_path() / name.str();
     std::filesystem::remove_all(dir);
     // OpenBLAS reads its thread count at load: pin it like OpenMP's (see set_blas_threads).
