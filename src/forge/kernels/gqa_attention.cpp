@@ -178,7 +178,8 @@ void gqa_attention_forward(float* out, float* saved, const float* q, const float
           const int i0 = qt * kQTile, nq = std::min(kQTile, T - i0);
           std::fill(m, m + nq, -std::numeric_limits<float>::infinity());
           std::fill(z, z + nq, 0.0f);
-          std::fill(tl.acc, tl.acc + nq * hd, 0.0f);
+          // The accumulators start at the first key tile's P V (a product from zero), so they
+          // are neither zeroed nor rescaled before it.
           for (int j0 = 0; j0 < i0 + nq; j0 += kKTile) {
             const int nk = std::min(kKTile, i0 + nq - j0);
             tile::gemm(nq, nk, hd, qb + static_cast<size_t>(i0) * ldq, ldq, 1, kt + j0, ldt,
@@ -188,16 +189,18 @@ void gqa_attention_forward(float* out, float* saved, const float* q, const float
               scale_and_mask(srow, nk, scale, i0 + r + 1 - j0);
               const float m_new = std::max(m[r], max_of(srow, nk));
               if (m_new > m[r]) {
-                // Online softmax: what was summed under the old maximum is rescaled.
-                const float corr = std::exp(m[r] - m_new);
-                scale_row(tl.acc + r * hd, hd, corr);
-                z[r] *= corr;
+                if (j0 > 0) {
+                  // Online softmax: what was summed under the old maximum is rescaled.
+                  const float corr = std::exp(m[r] - m_new);
+                  scale_row(tl.acc + r * hd, hd, corr);
+                  z[r] *= corr;
+                }
                 m[r] = m_new;
               }
               z[r] += exp_shifted(srow, nk, m[r]);
             }
-            tile::gemm_acc(nq, hd, nk, tl.scores, kKTile, 1, vb + static_cast<size_t>(j0) * ldk,
-                           ldk, tl.acc, hd);
+            tile::gemm_acc_kept_rows(j0 > 0 ? nq : 0, nq, hd, nk, tl.scores, kKTile, 1,
+                                     vb + static_cast<size_t>(j0) * ldk, ldk, tl.acc, hd);
           }
           for (int r = 0; r < nq; ++r) {
             const int i = i0 + r;
@@ -222,7 +225,9 @@ void gqa_attention_backward(float* dq, float* dk, float* dv, const float* dout, 
   const int ldt = static_cast<int>(sv.ldt);
   // One task per (b, kv head): it owns that head's dk/dv columns and the dq columns of the
   // query heads in its group, so dk and dv sum over the group's heads (in head order, then
-  // query tiles) with no other thread touching them.
+  // query tiles) with no other thread touching them. Nothing is zeroed first: the first product
+  // into a row of dk, dv (the group's first head, keys from i0 on at query tile i0) or of the dQ
+  // tile (key tile 0) overwrites it.
 #pragma omp parallel
   {
     Tiles tl;
@@ -237,12 +242,6 @@ void gqa_attention_backward(float* dq, float* dk, float* dv, const float* dout, 
         const float* vt = sv.head_vt(kv_head);
         float* dkb = dk + kv0;
         float* dvb = dv + kv0;
-        for (int t = 0; t < T; ++t) {
-          std::fill(dkb + static_cast<size_t>(t) * ldk, dkb + static_cast<size_t>(t) * ldk + hd,
-                    0.0f);
-          std::fill(dvb + static_cast<size_t>(t) * ldk, dvb + static_cast<size_t>(t) * ldk + hd,
-                    0.0f);
-        }
         for (int h = g * rep; h < (g + 1) * rep; ++h) {
           const size_t q0 = static_cast<size_t>(b) * T * ldq + h * hd;
           const float* qb = q + q0;
@@ -258,7 +257,6 @@ void gqa_attention_backward(float* dq, float* dk, float* dv, const float* dout, 
             for (int r = 0; r < nq; ++r)
               delta[r] = dot(doblk + static_cast<size_t>(r) * ldq,
                              ob + static_cast<size_t>(i0 + r) * ldq, hd);
-            std::fill(tl.acc, tl.acc + nq * hd, 0.0f);
             for (int j0 = 0; j0 < i0 + nq; j0 += kKTile) {
               const int nk = std::min(kKTile, i0 + nq - j0);
               const float* kblk = kb + static_cast<size_t>(j0) * ldk;
@@ -272,11 +270,14 @@ void gqa_attention_backward(float* dq, float* dk, float* dv, const float* dout, 
                 for (int j = 0; j < nk; ++j) ds[j] = p[j] * (ds[j] - delta[r]) * scale;
               }
               // dV += P^T dO;  dQ += dS K;  dK += dS^T Q
-              tile::gemm_acc(nk, hd, nq, tl.scores, 1, kKTile, doblk, ldq,
-                             dvb + static_cast<size_t>(j0) * ldk, ldk);
-              tile::gemm_acc(nq, hd, nk, tl.dscores, kKTile, 1, kblk, ldk, tl.acc, hd);
-              tile::gemm_acc(nk, hd, nq, tl.dscores, 1, kKTile, qblk, ldq,
-                             dkb + static_cast<size_t>(j0) * ldk, ldk);
+              // (keys before i0 were reached by earlier query tiles or heads)
+              const int kept = h == g * rep ? i0 - j0 : nk;
+              tile::gemm_acc_kept_rows(kept, nk, hd, nq, tl.scores, 1, kKTile, doblk, ldq,
+                                       dvb + static_cast<size_t>(j0) * ldk, ldk);
+              tile::gemm_acc_kept_rows(j0 > 0 ? nq : 0, nq, hd, nk, tl.dscores, kKTile, 1, kblk,
+                                       ldk, tl.acc, hd);
+              tile::gemm_acc_kept_rows(kept, nk, hd, nq, tl.dscores, 1, kKTile, qblk, ldq,
+                                       dkb + static_cast<size_t>(j0) * ldk, ldk);
             }
             for (int r = 0; r < nq; ++r)
               std::copy(tl.acc + r * hd, tl.acc + (r + 1) * hd,
