@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 #include <omp.h>
 
+#include <algorithm>
 #include <array>
 #include <cmath>
 #include <cstdint>
@@ -345,6 +346,21 @@ TEST(Kernels, TileGemmMatchesFloat64) {
           EXPECT_LT(rel_l2(acc_c, acc64), kTol);
           EXPECT_LT(rel_l2(set_c, set64), kTol);
           EXPECT_EQ(set_c, zeroed_c);
+          // gemm_acc_kept_rows: gemm_acc on C with the rows from `kept` on zeroed, whatever
+          // those rows held, kept clamped to [0, M]
+          for (int kept : {-1, 0, M / 2, M - 1, M, M + 1}) {
+            SCOPED_TRACE(testing::Message() << "kept=" << kept);
+            Floats mixed = C0, expected = C0;
+            for (int i = std::clamp(kept, 0, M); i < M; ++i)
+              for (int j = 0; j < N; ++j) {
+                mixed[size_t(i) * ldc + j] = 7.0f;
+                expected[size_t(i) * ldc + j] = 0.0f;
+              }
+            tile::gemm_acc_kept_rows(kept, M, N, K, A.data(), a_row, a_col, B.data(), ldb,
+                                     mixed.data(), ldc);
+            tile::gemm_acc(M, N, K, A.data(), a_row, a_col, B.data(), ldb, expected.data(), ldc);
+            EXPECT_EQ(mixed, expected);
+          }
           // the padding between rows is not written
           for (int i = 0; i < M; ++i)
             for (int j = N; j < ldc; ++j) {
