@@ -2,6 +2,8 @@
 // use run-time dispatch. Dispatched kernels include tile_gemm.inc inside their ISA namespace.
 #pragma once
 
+#include <algorithm>
+
 #include "forge/kernels/cpu/simd.h"
 
 namespace forge::kernels {
