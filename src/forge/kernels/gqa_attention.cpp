@@ -119,23 +119,16 @@ namespace {
 constexpr int kQTile = 32;
 constexpr int kKTile = 64;
 
-struct Tiles {                         // per thread, on the stack (~48 KB at kGqaMaxHeadDim)
+struct Tiles {                         // forward's, per thread, on the stack (~40 KB)
   float scores[kQTile * kKTile];       // S, then P
-  float dscores[kQTile * kKTile];      // dP, then dS
-  float acc[kQTile * kGqaMaxHeadDim];  // out (forward) or dQ (backward) of the query tile
+  float acc[kQTile * kGqaMaxHeadDim];  // the query tile's output accumulators
 };
-
-// P = exp(scale Q K^T - lse) for one (query tile, key tile), masked; into tiles.scores.
-// kt points at the key tile's first column of the head's k^T.
-void probabilities(Tiles& tl, const float* qblk, int ldq, const float* kt, int ldt,
-                   const float* lse, int i0, int nq, int j0, int nk, int hd, float scale) {
-  tile::gemm(nq, nk, hd, qblk, ldq, 1, kt, ldt, tl.scores, kKTile);
-  for (int r = 0; r < nq; ++r) {
-    float* srow = tl.scores + r * kKTile;
-    scale_and_mask(srow, nk, scale, i0 + r + 1 - j0);
-    exp_shifted(srow, nk, lse[i0 + r]);
-  }
-}
+struct BackwardTiles {  // backward's, with a key tile's dk and dv (~144 KB at kGqaMaxHeadDim)
+  float scores[kQTile * kKTile];   // P
+  float dscores[kQTile * kKTile];  // dP, then dS
+  float dk[kKTile * kGqaMaxHeadDim];
+  float dv[kKTile * kGqaMaxHeadDim];
+};
 
 }  // namespace
 
@@ -223,46 +216,46 @@ void gqa_attention_backward(float* dq, float* dk, float* dv, const float* dout, 
   const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
   const AttentionSaved sv(saved, s.B, s.T, s.NH, s.KVH, s.hd);
   const int ldt = static_cast<int>(sv.ldt);
-  // One task per (b, kv head): it owns that head's dk/dv columns and the dq columns of the
-  // query heads in its group, so dk and dv sum over the group's heads (in head order, then
-  // query tiles) with no other thread touching them. Nothing is zeroed first: the first product
-  // into a row of dk, dv (the group's first head, keys from i0 on at query tile i0) or of the dQ
-  // tile (key tile 0) overwrites it.
+  // One task per (b, kv head): it owns that head's dk/dv rows and the dq columns of the query
+  // heads in its group. Key tiles are the outer loop: a key tile's dk and dv accumulate in
+  // BackwardTiles over the group's heads (in head order, then query tiles) and are written out
+  // once, while each head's dq accumulates in dq over key tiles. Every element is summed in the
+  // same order as with query tiles outermost. Nothing is zeroed first: the first product into a
+  // row overwrites it.
 #pragma omp parallel
   {
-    Tiles tl;
+    BackwardTiles tl;
     float delta[kQTile];
 #pragma omp for collapse(2) schedule(dynamic, 1)
     for (int b = 0; b < s.B; ++b)
       for (int g = 0; g < KVH; ++g) {
         const size_t kv0 = static_cast<size_t>(b) * T * ldk + g * hd;
-        const float* kb = k + kv0;
         const size_t kv_head = static_cast<size_t>(b) * KVH + g;
         const float* kt = sv.head_kt(kv_head);
         const float* vt = sv.head_vt(kv_head);
-        float* dkb = dk + kv0;
-        float* dvb = dv + kv0;
-        for (int h = g * rep; h < (g + 1) * rep; ++h) {
-          const size_t q0 = static_cast<size_t>(b) * T * ldq + h * hd;
-          const float* qb = q + q0;
-          const float* dob = dout + q0;
-          const float* ob = out + q0;
-          float* dqb = dq + q0;
-          const float* row_lse = sv.lse + (static_cast<size_t>(b) * NH + h) * T;
-          for (int i0 = 0; i0 < T; i0 += kQTile) {
-            const int nq = std::min(kQTile, T - i0);
-            const float* qblk = qb + static_cast<size_t>(i0) * ldq;
-            const float* doblk = dob + static_cast<size_t>(i0) * ldq;
-            // D_i = dout_i . out_i equals sum_j p_ij (dout_i . v_j).
-            for (int r = 0; r < nq; ++r)
-              delta[r] = dot(doblk + static_cast<size_t>(r) * ldq,
-                             ob + static_cast<size_t>(i0 + r) * ldq, hd);
-            for (int j0 = 0; j0 < i0 + nq; j0 += kKTile) {
+        for (int j0 = 0; j0 < T; j0 += kKTile) {
+          const float* kblk = k + kv0 + static_cast<size_t>(j0) * ldk;
+          for (int h = g * rep; h < (g + 1) * rep; ++h) {
+            const size_t q0 = static_cast<size_t>(b) * T * ldq + h * hd;
+            const float* row_lse = sv.lse + (static_cast<size_t>(b) * NH + h) * T;
+            // The queries that see these keys start at j0 (a multiple of kQTile).
+            for (int i0 = j0; i0 < T; i0 += kQTile) {
+              const int nq = std::min(kQTile, T - i0);
               const int nk = std::min(kKTile, i0 + nq - j0);
-              const float* kblk = kb + static_cast<size_t>(j0) * ldk;
-              probabilities(tl, qblk, ldq, kt + j0, ldt, row_lse, i0, nq, j0, nk, hd, scale);
+              const size_t qrow = q0 + static_cast<size_t>(i0) * ldq;
+              // D_i = dout_i . out_i equals sum_j p_ij (dout_i . v_j).
+              for (int r = 0; r < nq; ++r)
+                delta[r] = dot(dout + qrow + static_cast<size_t>(r) * ldq,
+                               out + qrow + static_cast<size_t>(r) * ldq, hd);
+              // P = exp(scale Q K^T - lse), masked.
+              tile::gemm(nq, nk, hd, q + qrow, ldq, 1, kt + j0, ldt, tl.scores, kKTile);
+              for (int r = 0; r < nq; ++r) {
+                float* srow = tl.scores + r * kKTile;
+                scale_and_mask(srow, nk, scale, i0 + r + 1 - j0);
+                exp_shifted(srow, nk, row_lse[i0 + r]);
+              }
               // dP = dO V^T
-              tile::gemm(nq, nk, hd, doblk, ldq, 1, vt + j0, ldt, tl.dscores, kKTile);
+              tile::gemm(nq, nk, hd, dout + qrow, ldq, 1, vt + j0, ldt, tl.dscores, kKTile);
               // dS = P (dP - D) scale   (the score scale folded in here)
               for (int r = 0; r < nq; ++r) {
                 const float* p = tl.scores + r * kKTile;
@@ -270,18 +263,21 @@ void gqa_attention_backward(float* dq, float* dk, float* dv, const float* dout, 
                 for (int j = 0; j < nk; ++j) ds[j] = p[j] * (ds[j] - delta[r]) * scale;
               }
               // dV += P^T dO;  dQ += dS K;  dK += dS^T Q
-              // (keys before i0 were reached by earlier query tiles or heads)
+              // (keys before i0 were reached by earlier query tiles or heads, queries by
+              // earlier key tiles)
               const int kept = h == g * rep ? i0 - j0 : nk;
-              tile::gemm_acc_kept_rows(kept, nk, hd, nq, tl.scores, 1, kKTile, doblk, ldq,
-                                       dvb + static_cast<size_t>(j0) * ldk, ldk);
+              tile::gemm_acc_kept_rows(kept, nk, hd, nq, tl.scores, 1, kKTile, dout + qrow, ldq,
+                                       tl.dv, hd);
               tile::gemm_acc_kept_rows(j0 > 0 ? nq : 0, nq, hd, nk, tl.dscores, kKTile, 1, kblk,
-                                       ldk, tl.acc, hd);
-              tile::gemm_acc_kept_rows(kept, nk, hd, nq, tl.dscores, 1, kKTile, qblk, ldq,
-                                       dkb + static_cast<size_t>(j0) * ldk, ldk);
+                                       ldk, dq + qrow, ldq);
+              tile::gemm_acc_kept_rows(kept, nk, hd, nq, tl.dscores, 1, kKTile, q + qrow, ldq,
+                                       tl.dk, hd);
             }
-            for (int r = 0; r < nq; ++r)
-              std::copy(tl.acc + r * hd, tl.acc + (r + 1) * hd,
-                        dqb + static_cast<size_t>(i0 + r) * ldq);
+          }
+          for (int r = 0; r < std::min(kKTile, T - j0); ++r) {
+            const size_t row = kv0 + static_cast<size_t>(j0 + r) * ldk;
+            std::copy_n(tl.dk + r * hd, hd, dk + row);
+            std::copy_n(tl.dv + r * hd, hd, dv + row);
           }
         }
       }
