@@ -118,6 +118,8 @@ namespace {
 // in L1, one kv head's k^T and v^T in L2.
 constexpr int kQTile = 32;
 constexpr int kKTile = 64;
+// Backward's key-outer loop starts a key tile's query tiles at its first key.
+static_assert(kKTile % kQTile == 0);
 
 struct Tiles {                         // forward's, per thread, on the stack (~40 KB)
   float scores[kQTile * kKTile];       // S, then P
