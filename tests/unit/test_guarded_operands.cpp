@@ -23,6 +23,9 @@
 #include "forge/kernels/gelu.h"
 #include "forge/kernels/gqa_attention.h"
 #include "forge/kernels/layernorm.h"
+#include "forge/kernels/rmsnorm.h"
+#include "forge/kernels/rope.h"
+#include "forge/kernels/swiglu.h"
 #include "test_util.h"
 
 namespace {
@@ -75,21 +78,39 @@ TEST(GuardedOperands, FusedAttentionReadsNothingPastItsOperands) {
 }
 
 TEST(GuardedOperands, GroupedQueryAttentionReadsNothingPastItsOperands) {
-  // gqa_attention.cpp uses the tile products of the build's own ISA (no run-time dispatch).
   for (forge::kernels::GqaShape s :
        {forge::kernels::GqaShape{2, 130, 4, 2, 32}, forge::kernels::GqaShape{1, 37, 6, 3, 10}}) {
     SCOPED_TRACE(testing::Message() << "B=" << s.B << " T=" << s.T << " NH=" << s.NH
                                     << " KVH=" << s.KVH << " hd=" << s.hd);
     const size_t rows = static_cast<size_t>(s.B) * s.T, dq = rows * s.NH * s.hd,
                  dkv = rows * s.KVH * s.hd;
-    Guarded q(dq, random_floats(dq, 3)), k(dkv, random_floats(dkv, 4)),
-        v(dkv, random_floats(dkv, 5)), dout(dq, random_floats(dq, 6)), out(dq),
-        lse(cpu::gqa_attention_saved_floats(s)), gq(dq), gk(dkv), gv(dkv);
-    cpu::gqa_attention_forward(out.data(), lse.data(), q.data(), k.data(), v.data(), s);
-    cpu::gqa_attention_backward(gq.data(), gk.data(), gv.data(), dout.data(), q.data(), k.data(),
-                                v.data(), out.data(), lse.data(), s);
-    EXPECT_TRUE(std::isfinite(gv.data()[gv.size() - 1]));
+    for_each_isa([&] {
+      Guarded q(dq, random_floats(dq, 3)), k(dkv, random_floats(dkv, 4)),
+          v(dkv, random_floats(dkv, 5)), dout(dq, random_floats(dq, 6)), out(dq),
+          lse(cpu::gqa_attention_saved_floats(s)), gq(dq), gk(dkv), gv(dkv);
+      cpu::gqa_attention_forward(out.data(), lse.data(), q.data(), k.data(), v.data(), s);
+      cpu::gqa_attention_backward(gq.data(), gk.data(), gv.data(), dout.data(), q.data(), k.data(),
+                                  v.data(), out.data(), lse.data(), s);
+      EXPECT_TRUE(std::isfinite(gv.data()[gv.size() - 1]));
+    });
   }
+}
+
+TEST(GuardedOperands, LlamaNormRopeAndSwigluReadNothingPastTheirOperands) {
+  const int B = 3, T = 11, NH = 5, hd = 38, N = B * T, C = NH * hd;
+  for_each_isa([&] {
+    Guarded x(N * C, random_floats(N * C, 20)), w(C, random_floats(C, 21)), y(N * C), rstd(N),
+        dy(N * C, random_floats(N * C, 22)), dup(N * C), dx(N * C), dw(C), cos(T * hd / 2),
+        sin(T * hd / 2);
+    cpu::rmsnorm_forward(y.data(), rstd.data(), x.data(), w.data(), N, C, 1e-5f);
+    cpu::rmsnorm_backward(dx.data(), dw.data(), dy.data(), x.data(), w.data(), rstd.data(), N, C);
+    cpu::rope_tables(cos.data(), sin.data(), T, hd, 10000.0);
+    cpu::rope_forward(y.data(), x.data(), cos.data(), sin.data(), B, T, NH, hd);
+    cpu::rope_backward(dx.data(), dy.data(), cos.data(), sin.data(), B, T, NH, hd);
+    cpu::swiglu_forward(y.data(), x.data(), dy.data(), x.size());
+    cpu::swiglu_backward(dx.data(), dup.data(), dy.data(), x.data(), y.data(), x.size());
+    EXPECT_TRUE(std::isfinite(dx.data()[dx.size() - 1]));
+  });
 }
 
 TEST(GuardedOperands, NormGeluAndLossReadNothingPastTheirOperands) {

@@ -1,7 +1,8 @@
 // The Llama-family kernels (RMSNorm, RoPE, SwiGLU, grouped-query attention): the fp32 `cpu`
-// versions against the scalar references run in float64, and the float64 backward passes
-// against central finite differences. Sizes are awkward on purpose (not multiples of the
-// vector width; sequences crossing the attention tiles of 32 queries and 64 keys).
+// versions, under every instruction set this CPU has, against the scalar references run in
+// float64, and the float64 backward passes against central finite differences. Sizes are
+// awkward on purpose (not multiples of the vector width; sequences crossing the attention
+// tiles of 32 queries and 64 keys).
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -24,14 +25,14 @@ namespace scalar = forge::kernels::scalar;
 namespace cpu = forge::kernels::cpu;
 using forge::kernels::GqaShape;
 
-using namespace forge_test;  // Floats, random_floats, rel_l2, numeric_gradient
+using namespace forge_test;  // Floats, random_floats, rel_l2, numeric_gradient, for_each_isa
 
 constexpr double kTol = 2e-6;    // fp32 kernel vs float64 math on these sizes
 constexpr double kFdTol = 1e-7;  // float64 analytic vs central differences
 
 // --- RMSNorm -------------------------------------------------------------------------
 
-TEST(LlamaKernels, RmsNormMatchesFloat64) {
+void RmsNormMatchesFloat64_body() {
   for (int C : {37, 131}) {
     SCOPED_TRACE(testing::Message() << "C=" << C);
     const int N = 7 * 13;
@@ -56,6 +57,8 @@ TEST(LlamaKernels, RmsNormMatchesFloat64) {
     EXPECT_NEAR(out[5], w64[5] * x64[5] / std::sqrt(ss / C + 1e-5), 1e-5);
   }
 }
+
+TEST(LlamaKernels, RmsNormMatchesFloat64) { for_each_isa(RmsNormMatchesFloat64_body); }
 
 TEST(LlamaKernels, RmsNormBackwardMatchesFiniteDifferences) {
   const int N = 3, C = 5;
@@ -103,7 +106,7 @@ TEST(LlamaKernels, RopeTablesFollowHuggingFace) {
   }
 }
 
-TEST(LlamaKernels, RopeMatchesFloat64AndRotatesHalves) {
+void RopeMatchesFloat64AndRotatesHalves_body() {
   const int B = 3, T = 13, NH = 5, hd = 38, half = hd / 2;
   Floats c(T * half), s(T * half);
   cpu::rope_tables(c.data(), s.data(), T, hd, 10000.0);
@@ -135,6 +138,10 @@ TEST(LlamaKernels, RopeMatchesFloat64AndRotatesHalves) {
   EXPECT_LT(rel_l2(back, widen(x)), kTol);
 }
 
+TEST(LlamaKernels, RopeMatchesFloat64AndRotatesHalves) {
+  for_each_isa(RopeMatchesFloat64AndRotatesHalves_body);
+}
+
 TEST(LlamaKernels, RopeBackwardMatchesFiniteDifferences) {
   const int B = 2, T = 4, NH = 3, hd = 6;
   Doubles c(T * hd / 2), s(T * hd / 2);
@@ -153,7 +160,7 @@ TEST(LlamaKernels, RopeBackwardMatchesFiniteDifferences) {
 
 // --- SwiGLU --------------------------------------------------------------------------
 
-TEST(LlamaKernels, SwigluMatchesFloat64) {
+void SwigluMatchesFloat64_body() {
   const size_t n = 4096 * 2 + 1000 + 13;  // several parallel blocks plus a vector tail
   Floats gate = random_floats(n, 60, 3.0f);
   gate[0] = 95.0f;   // exp(-x) underflows: silu(x) = x
@@ -177,6 +184,8 @@ TEST(LlamaKernels, SwigluMatchesFloat64) {
   cpu::swiglu_forward(&o, &one, &u, 1);
   EXPECT_NEAR(o, 2.5 / (1 + std::exp(-1.0)), 1e-6);
 }
+
+TEST(LlamaKernels, SwigluMatchesFloat64) { for_each_isa(SwigluMatchesFloat64_body); }
 
 TEST(LlamaKernels, SwigluBackwardMatchesFiniteDifferences) {
   const size_t n = 11;
@@ -221,10 +230,12 @@ void check_gqa(int B, int T, int NH, int KVH, int hd) {
 }
 
 TEST(LlamaKernels, GqaAttentionMatchesFloat64) {
-  check_gqa(2, 77, 6, 2, 10);   // groups of 3 heads; query and key tiles with tails
-  check_gqa(1, 130, 4, 1, 17);  // multi-query: one kv head for all
-  check_gqa(2, 33, 3, 3, 8);    // plain multi-head
-  check_gqa(1, 5, 8, 2, 64);    // llama-small's head dim, tiny T
+  for_each_isa([] {
+    check_gqa(2, 77, 6, 2, 10);   // groups of 3 heads; query and key tiles with tails
+    check_gqa(1, 130, 4, 1, 17);  // multi-query: one kv head for all
+    check_gqa(2, 33, 3, 3, 8);    // plain multi-head
+    check_gqa(1, 5, 8, 2, 64);    // llama-small's head dim, tiny T
+  });
 }
 
 // GQA is multi-head attention over repeated kv heads, query head h reading kv head

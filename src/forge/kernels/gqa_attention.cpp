@@ -6,8 +6,8 @@
 
 #include "forge/core/error.h"
 #include "forge/kernels/attention.h"
+#include "forge/kernels/cpu/dispatch.h"
 #include "forge/kernels/cpu/simd.h"
-#include "forge/kernels/cpu/tile_gemm.h"
 
 namespace forge::kernels {
 
@@ -110,90 +110,23 @@ template void gqa_attention_backward<double>(double*, double*, double*, const do
 
 namespace cpu {
 
-namespace {
-
-#include "forge/kernels/cpu/attention_rows.inc"
-#include "forge/kernels/cpu/attention_tiles.inc"
-
-}  // namespace
-
 size_t gqa_attention_saved_floats(const GqaShape& s) {
   return AttentionSaved::floats(s.B, s.T, s.NH, s.KVH, s.hd);
 }
 
+// The SIMD source, compiled once per ISA (see cpu/dispatch.h).
+#define FORGE_ISA_SOURCE "forge/kernels/cpu/gqa_attention.inc"
+#include "forge/kernels/cpu/for_each_isa.inc"
+
 void gqa_attention_forward(float* out, float* saved, const float* q, const float* k, const float* v,
                            const GqaShape& s) {
-  check_shape(s);
-  const int T = s.T, NH = s.NH, KVH = s.KVH, hd = s.hd, rep = NH / KVH;
-  FORGE_CHECK(hd <= kGqaMaxHeadDim, "attention head dim {} exceeds {}", hd, kGqaMaxHeadDim);
-  const int ldq = NH * hd, ldk = KVH * hd;
-  const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
-  const AttentionSaved sv(saved, s.B, s.T, s.NH, s.KVH, s.hd);
-  const int ldt = static_cast<int>(sv.ldt);
-  const int q_tiles = (T + kQTile - 1) / kQTile;
-#pragma omp parallel
-  {
-    // Each kv head's keys and values transposed once, for all its query heads and tiles here
-    // and for backward.
-#pragma omp for collapse(2) schedule(static)
-    for (int b = 0; b < s.B; ++b)
-      for (int g = 0; g < KVH; ++g) {
-        const size_t kv0 = static_cast<size_t>(b) * T * ldk + g * hd, kv_head = b * KVH + g;
-        transpose_head(sv.head_kt(kv_head), sv.ldt, k + kv0, ldk, T, hd);
-        transpose_head(sv.head_vt(kv_head), sv.ldt, v + kv0, ldk, T, hd);
-      }
-    ForwardTiles<kGqaMaxHeadDim> tl;
-    // Later query tiles see more keys: tasks are handed out dynamically.
-#pragma omp for collapse(3) schedule(dynamic, 1)
-    for (int b = 0; b < s.B; ++b)
-      for (int h = 0; h < NH; ++h)
-        for (int qt = 0; qt < q_tiles; ++qt) {
-          const int g = h / rep, i0 = qt * kQTile;
-          const size_t q0 = static_cast<size_t>(b) * T * ldq + h * hd;
-          forward_query_tile(tl, out + q0, ldq, sv.lse + (static_cast<size_t>(b) * NH + h) * T,
-                             q + q0, ldq, sv.head_kt(static_cast<size_t>(b) * KVH + g), ldt,
-                             v + static_cast<size_t>(b) * T * ldk + g * hd, ldk, i0,
-                             std::min(kQTile, T - i0), hd, scale);
-        }
-  }
+  FORGE_SIMD_DISPATCH(gqa_attention_forward(out, saved, q, k, v, s));
 }
 
 void gqa_attention_backward(float* dq, float* dk, float* dv, const float* dout, const float* q,
                             const float* k, const float* v, const float* out, const float* saved,
                             const GqaShape& s) {
-  check_shape(s);
-  const int T = s.T, NH = s.NH, KVH = s.KVH, hd = s.hd, rep = NH / KVH;
-  FORGE_CHECK(hd <= kGqaMaxHeadDim, "attention head dim {} exceeds {}", hd, kGqaMaxHeadDim);
-  const int ldq = NH * hd, ldk = KVH * hd;
-  const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
-  const AttentionSaved sv(saved, s.B, s.T, s.NH, s.KVH, s.hd);
-  const int ldt = static_cast<int>(sv.ldt);
-  // One task per (b, kv head): it owns that head's dk/dv rows and the dq columns of the query
-  // heads in its group. Key tiles are the outer loop: a key tile's dk and dv accumulate in
-  // BackwardTiles over the group's heads (in head order, then query tiles) and are written out
-  // once, while each head's dq accumulates in dq over key tiles. Every element is summed in the
-  // same order as with query tiles outermost. Nothing is zeroed first: the first product into a
-  // row overwrites it.
-#pragma omp parallel
-  {
-    BackwardTiles<kGqaMaxHeadDim> tl;
-#pragma omp for collapse(2) schedule(dynamic, 1)
-    for (int b = 0; b < s.B; ++b)
-      for (int g = 0; g < KVH; ++g) {
-        const size_t kv0 = static_cast<size_t>(b) * T * ldk + g * hd;
-        const size_t kv_head = static_cast<size_t>(b) * KVH + g;
-        for (int j0 = 0; j0 < T; j0 += kKTile) {
-          for (int h = g * rep; h < (g + 1) * rep; ++h) {
-            const size_t q0 = static_cast<size_t>(b) * T * ldq + h * hd;
-            backward_key_tile(tl, dq + q0, q + q0, ldq, dout + q0, out + q0, ldq, k + kv0, ldk,
-                              sv.head_kt(kv_head), sv.head_vt(kv_head), ldt,
-                              sv.lse + (static_cast<size_t>(b) * NH + h) * T, h == g * rep, T, j0,
-                              hd, scale);
-          }
-          store_key_tile(tl, dk + kv0, dv + kv0, ldk, T, j0, hd);
-        }
-      }
-  }
+  FORGE_SIMD_DISPATCH(gqa_attention_backward(dq, dk, dv, dout, q, k, v, out, saved, s));
 }
 
 }  // namespace cpu

@@ -3,6 +3,7 @@
 #include <cmath>
 #include <cstddef>
 
+#include "forge/kernels/cpu/dispatch.h"
 #include "forge/kernels/cpu/simd.h"
 
 namespace forge::kernels {
@@ -86,58 +87,18 @@ void rope_tables(float* cos, float* sin, int T, int hd, double theta) {
   }
 }
 
-namespace {
-// One head: y1 = x1 c - x2 s, y2 = x2 c + x1 s  (sign = +1, forward), or the transposed
-// rotation y1 = x1 c + x2 s, y2 = x2 c - x1 s  (sign = -1, backward).
-template <int Sign>
-inline void rotate(float* y, const float* x, const float* c, const float* s, int half) {
-  using namespace simd;
-  int i = 0;
-  for (; i + W <= half; i += W) {
-    const V x1 = load(x + i), x2 = load(x + i + half), vc = load(c + i), vs = load(s + i);
-    if constexpr (Sign > 0) {
-      store(y + i, sub(mul(x1, vc), mul(x2, vs)));
-      store(y + i + half, add(mul(x2, vc), mul(x1, vs)));
-    } else {
-      store(y + i, add(mul(x1, vc), mul(x2, vs)));
-      store(y + i + half, sub(mul(x2, vc), mul(x1, vs)));
-    }
-  }
-  for (; i < half; ++i) {
-    const float x1 = x[i], x2 = x[i + half];
-    if constexpr (Sign > 0) {
-      y[i] = x1 * c[i] - x2 * s[i];
-      y[i + half] = x2 * c[i] + x1 * s[i];
-    } else {
-      y[i] = x1 * c[i] + x2 * s[i];
-      y[i + half] = x2 * c[i] - x1 * s[i];
-    }
-  }
-}
-
-template <int Sign>
-void rope_apply(float* out, const float* inp, const float* cos, const float* sin, int B, int T,
-                int n_heads, int hd) {
-  const int half = hd / 2;
-  const size_t row = static_cast<size_t>(n_heads) * hd;
-#pragma omp parallel for schedule(static)
-  for (int n = 0; n < B * T; ++n) {
-    const float* c = cos + static_cast<size_t>(n % T) * half;
-    const float* s = sin + static_cast<size_t>(n % T) * half;
-    for (int h = 0; h < n_heads; ++h)
-      rotate<Sign>(out + n * row + h * hd, inp + n * row + h * hd, c, s, half);
-  }
-}
-}  // namespace
+// The SIMD source, compiled once per ISA (see cpu/dispatch.h).
+#define FORGE_ISA_SOURCE "forge/kernels/cpu/rope.inc"
+#include "forge/kernels/cpu/for_each_isa.inc"
 
 void rope_forward(float* out, const float* inp, const float* cos, const float* sin, int B, int T,
                   int n_heads, int hd) {
-  rope_apply<+1>(out, inp, cos, sin, B, T, n_heads, hd);
+  FORGE_SIMD_DISPATCH(rope_forward(out, inp, cos, sin, B, T, n_heads, hd));
 }
 
 void rope_backward(float* dinp, const float* dout, const float* cos, const float* sin, int B, int T,
                    int n_heads, int hd) {
-  rope_apply<-1>(dinp, dout, cos, sin, B, T, n_heads, hd);
+  FORGE_SIMD_DISPATCH(rope_backward(dinp, dout, cos, sin, B, T, n_heads, hd));
 }
 
 }  // namespace cpu

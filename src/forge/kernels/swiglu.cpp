@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "forge/kernels/cpu/dispatch.h"
 #include "forge/kernels/cpu/simd.h"
 
 namespace forge::kernels {
@@ -35,50 +36,17 @@ template void swiglu_backward<double>(double*, double*, const double*, const dou
 
 namespace cpu {
 
-// Large elementwise arrays: one parallel loop, fixed static split (results do not depend on
-// the split since every element is independent).
-constexpr size_t kBlock = 4096;
+// The SIMD source, compiled once per ISA (see cpu/dispatch.h).
+#define FORGE_ISA_SOURCE "forge/kernels/cpu/swiglu.inc"
+#include "forge/kernels/cpu/for_each_isa.inc"
 
 void swiglu_forward(float* out, const float* gate, const float* up, size_t n) {
-  using namespace simd;
-  const long blocks = static_cast<long>((n + kBlock - 1) / kBlock);
-  const V one = set1(1.0f);
-#pragma omp parallel for schedule(static)
-  for (long blk = 0; blk < blocks; ++blk) {
-    const size_t i0 = static_cast<size_t>(blk) * kBlock, i1 = std::min(n, i0 + kBlock);
-    size_t i = i0;
-    for (; i + W <= i1; i += W) {
-      const V g = load(gate + i);
-      const V e = simd::exp(sub(zero(), g));
-      store(out + i, mul(div(g, add(one, e)), load(up + i)));
-    }
-    for (; i < i1; ++i) out[i] = gate[i] / (1.0f + exp_scalar(-gate[i])) * up[i];
-  }
+  FORGE_SIMD_DISPATCH(swiglu_forward(out, gate, up, n));
 }
 
 void swiglu_backward(float* dgate, float* dup, const float* dout, const float* gate,
                      const float* up, size_t n) {
-  using namespace simd;
-  const long blocks = static_cast<long>((n + kBlock - 1) / kBlock);
-  const V one = set1(1.0f);
-#pragma omp parallel for schedule(static)
-  for (long blk = 0; blk < blocks; ++blk) {
-    const size_t i0 = static_cast<size_t>(blk) * kBlock, i1 = std::min(n, i0 + kBlock);
-    size_t i = i0;
-    for (; i + W <= i1; i += W) {
-      const V g = load(gate + i), d = load(dout + i);
-      const V s = div(one, add(one, simd::exp(sub(zero(), g))));
-      store(dup + i, mul(d, mul(g, s)));
-      const V dsilu = mul(d, load(up + i));
-      store(dgate + i, mul(mul(dsilu, s), add(one, mul(g, sub(one, s)))));
-    }
-    for (; i < i1; ++i) {
-      const float g = gate[i];
-      const float s = 1.0f / (1.0f + exp_scalar(-g));
-      dup[i] = dout[i] * (g * s);
-      dgate[i] = dout[i] * up[i] * s * (1.0f + g * (1.0f - s));
-    }
-  }
+  FORGE_SIMD_DISPATCH(swiglu_backward(dgate, dup, dout, gate, up, n));
 }
 
 }  // namespace cpu

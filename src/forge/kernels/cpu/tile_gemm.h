@@ -1,5 +1,5 @@
-// tile::gemm_acc (see tile_gemm.inc) on the compile-time SIMD layer, for kernels that do not
-// use run-time dispatch. Dispatched kernels include tile_gemm.inc inside their ISA namespace.
+// tile::gemm_acc (see tile_gemm.inc) on the compile-time SIMD layer, for the unit tests. The
+// kernels (dispatched at run time) include tile_gemm.inc inside their ISA namespace instead.
 #pragma once
 
 #include <algorithm>
