@@ -17,6 +17,7 @@
 #include "forge/core/error.h"
 #include "forge/io/atomic_file.h"
 #include "forge/io/config.h"
+#include "forge/numerics/numerics.h"
 #include "forge/train/bench.h"
 #include "forge/verify/process.h"
 
@@ -396,6 +397,15 @@ int run_verify(const VerifyOptions& o) {
   r.env = {{"OMP_NUM_THREADS", nthreads},
            {"OPENBLAS_NUM_THREADS", nthreads},
            {"MKL_NUM_THREADS", nthreads}};
+  // The switches that choose the engine's kernels (README, environment switches) and
+  // oneDNN's: inherited by every child anyway; named here so that commands.sh replays them.
+  std::string kernel_env;
+  for (const char* name : {"FORGE_CPU_ISA", "FORGE_BF16_NATIVE", "FORGE_HUGE_PAGES",
+                           "DNNL_MAX_CPU_ISA", "ONEDNN_MAX_CPU_ISA"})
+    if (const char* v = std::getenv(name); v && *v) {
+      r.env[name] = v;
+      kernel_env += fmt::format("{}{}={}", kernel_env.empty() ? "" : ", ", name, v);
+    }
   std::string aten;
   if (const char* v = std::getenv("ATEN_CPU_CAPABILITY"); v && *v) {
     aten = std::string(v) + " (from the environment)";
@@ -695,7 +705,10 @@ int run_verify(const VerifyOptions& o) {
       "OPENBLAS_NUM_THREADS, MKL_NUM_THREADS{})\n",
       threads, vs_reference ? ", torch.set_num_threads" : "");
   run_md += fmt::format("- ATEN_CPU_CAPABILITY: {}\n", aten);
-  run_md += fmt::format("- engine: `{}` (numerics {})\n", self, profile);
+  const std::string arithmetic = make_numerics(profile)->arithmetic();
+  run_md += fmt::format(
+      "- engine: `{}` (numerics {}: {}; {})\n", self, profile, arithmetic,
+      kernel_env.empty() ? "no kernel switch set" : kernel_env + " from the environment");
   if (vs_reference)
     run_md += fmt::format("- reference: `{}` (torch {})\n", ref_python, torch_version);
   run_md += fmt::format("- run time: {}; total {}\n", times, fmt_seconds(total));
@@ -716,6 +729,8 @@ int run_verify(const VerifyOptions& o) {
                   {"threads", threads},
                   {"aten_cpu_capability", aten},
                   {"engine", self},
+                  {"engine_arithmetic", arithmetic},
+                  {"kernel_switches", kernel_env},
                   {"reference_python", vs_reference ? ref_python : ""},
                   {"torch", torch_version},
                   {"phases", phases},
