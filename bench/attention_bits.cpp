@@ -7,10 +7,11 @@
 //   (the same in a worktree of the previous commit, then) cmp old.bin new.bin
 //
 // Outputs are pre-filled with 7.0 so that a row the kernel fails to write shows.
+#include <cstdint>
 #include <cstdio>
-#include <random>
 #include <vector>
 
+#include "bench_util.h"
 #include "forge/kernels/attention.h"
 #include "forge/kernels/gqa_attention.h"
 
@@ -19,12 +20,8 @@ namespace {
 using forge::kernels::GqaShape;
 namespace cpu = forge::kernels::cpu;
 
-std::vector<float> normal_floats(size_t n, unsigned seed) {
-  std::mt19937 gen(seed);
-  std::normal_distribution<float> dist(0.0f, 1.5f);
-  std::vector<float> v(n);
-  for (float& x : v) x = dist(gen);
-  return v;
+std::vector<float> normal_floats(size_t n, uint32_t seed) {
+  return forge_bench::random_floats(n, seed, 1.5f);
 }
 
 }  // namespace

@@ -12,7 +12,6 @@
 
 #include <cmath>
 #include <cstring>
-#include <random>
 #include <string>
 #include <tuple>
 #include <utility>
@@ -24,6 +23,7 @@
 #ifdef FORGE_HAVE_DNNL
 #include "forge/kernels/cpu/onednn_matmul.h"
 #endif
+#include "bench_util.h"
 #include "forge/kernels/cross_entropy.h"
 #include "forge/kernels/gelu.h"
 #include "forge/kernels/gemm.h"
@@ -34,13 +34,7 @@ namespace {
 
 namespace cpu = forge::kernels::cpu;
 
-std::vector<float> random_floats(size_t n, uint32_t seed, float stddev = 1.0f) {
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> dist(0.0f, stddev);
-  std::vector<float> v(n);
-  for (auto& x : v) x = dist(rng);
-  return v;
-}
+using forge_bench::random_floats;
 
 // --- GEMMs ---------------------------------------------------------------------------
 
