@@ -429,6 +429,9 @@ void AttentionMatchesFloat64_body() {
   // scores spread enough that later tiles raise the running maximum.
   check_attention(1, 150, 2 * 19, 2, 2.0f);
   check_attention(2, 67, 64, 1, 1.0f);
+  // 32 heads in all: forward's tasks are whole heads (their own transposes) on up to 8 threads;
+  // the shapes above, with few heads, take the query-tile tasks.
+  check_attention(8, 20, 4 * 6, 4, 1.0f);
 }
 
 TEST(Kernels, AttentionMatchesFloat64) { for_each_isa(AttentionMatchesFloat64_body); }

@@ -235,6 +235,9 @@ TEST(LlamaKernels, GqaAttentionMatchesFloat64) {
     check_gqa(1, 130, 4, 1, 17);  // multi-query: one kv head for all
     check_gqa(2, 33, 3, 3, 8);    // plain multi-head
     check_gqa(1, 5, 8, 2, 64);    // llama-small's head dim, tiny T
+    // 32 kv heads in all: forward's tasks are whole kv heads (up to 8 threads), the query-tile
+    // tasks above.
+    check_gqa(8, 21, 8, 4, 6);
   });
 }
 

@@ -1,5 +1,7 @@
 #include "forge/kernels/attention.h"
 
+#include <omp.h>
+
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -97,13 +99,25 @@ namespace cpu {
 #define FORGE_ISA_SOURCE "forge/kernels/cpu/attention.inc"
 #include "forge/kernels/cpu/for_each_isa.inc"
 
+void attention_forward(float* out, float* saved, const float* q, const float* k, const float* v,
+                       const AttentionLayout& L) {
+  FORGE_SIMD_DISPATCH(attention_forward(out, saved, q, k, v, L));
+}
+
+void attention_backward(float* dq, float* dk, float* dv, const float* dout, const float* q,
+                        const float* k, const float* v, const float* out, const float* saved,
+                        const AttentionLayout& L) {
+  FORGE_SIMD_DISPATCH(attention_backward(dq, dk, dv, dout, q, k, v, out, saved, L));
+}
+
 void attention_forward(float* out, float* saved, const float* qkv, int B, int T, int C, int NH) {
-  FORGE_SIMD_DISPATCH(attention_forward(out, saved, qkv, B, T, C, NH));
+  attention_forward(out, saved, qkv, qkv + C, qkv + 2 * C, AttentionLayout::qkv(B, T, C, NH));
 }
 
 void attention_backward(float* dqkv, const float* dout, const float* qkv, const float* out,
                         const float* saved, int B, int T, int C, int NH) {
-  FORGE_SIMD_DISPATCH(attention_backward(dqkv, dout, qkv, out, saved, B, T, C, NH));
+  attention_backward(dqkv, dqkv + C, dqkv + 2 * C, dout, qkv, qkv + C, qkv + 2 * C, out, saved,
+                     AttentionLayout::qkv(B, T, C, NH));
 }
 
 }  // namespace cpu

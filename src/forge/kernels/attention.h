@@ -16,6 +16,7 @@
 // again for every query tile.
 #pragma once
 
+#include <cmath>
 #include <cstddef>
 
 namespace forge::kernels {
@@ -65,6 +66,37 @@ inline size_t attention_saved_floats(int B, int T, int C, int NH) {
 void attention_forward(float* out, float* saved, const float* qkv, int B, int T, int C, int NH);
 void attention_backward(float* dqkv, const float* dout, const float* qkv, const float* out,
                         const float* saved, int B, int T, int C, int NH);
+
+// Where the rows of every head live, for the fused kernels (fp32 here, bf16 in
+// attention_bf16.h): position t of sequence b, query head h at q + (b T + t) q_stride + h hd;
+// its kv head g = h / (NH / KVH) at k + (b T + t) kv_stride + g hd (v alike); out and dout at
+// out_stride, dq, dk, dv as q, k, v. GPT-2's qkv (q_stride = kv_stride = 3C, out_stride = C,
+// KVH = NH) and Llama's separate q, k, v (gqa_attention.h) are both this.
+struct AttentionLayout {
+  int B, T, NH, KVH, hd;
+  size_t q_stride, kv_stride, out_stride;
+  size_t row(int b, int t) const { return static_cast<size_t>(b) * T + t; }
+  int group() const { return NH / KVH; }  // query heads per kv head
+  float scale() const { return 1.0f / std::sqrt(static_cast<float>(hd)); }
+
+  // GPT-2's heads: q, k and v side by side in qkv's rows of 3C, out's rows of C.
+  static AttentionLayout qkv(int B, int T, int C, int NH) {
+    const size_t C3 = 3 * static_cast<size_t>(C);
+    return {B, T, NH, NH, C / NH, C3, C3, static_cast<size_t>(C)};
+  }
+  // Llama's (gqa_attention.h): q and out [B, T, NH, hd], k and v [B, T, KVH, hd].
+  static AttentionLayout separate(int B, int T, int NH, int KVH, int hd) {
+    const size_t q_stride = static_cast<size_t>(NH) * hd;
+    return {B, T, NH, KVH, hd, q_stride, static_cast<size_t>(KVH) * hd, q_stride};
+  }
+};
+// The one fused fp32 kernel behind both attention_forward above and gqa_attention_forward:
+// saved as AttentionSaved(saved, B, T, NH, KVH, hd); dq, dk, dv overwritten.
+void attention_forward(float* out, float* saved, const float* q, const float* k, const float* v,
+                       const AttentionLayout& L);
+void attention_backward(float* dq, float* dk, float* dv, const float* dout, const float* q,
+                        const float* k, const float* v, const float* out, const float* saved,
+                        const AttentionLayout& L);
 }  // namespace cpu
 
 }  // namespace forge::kernels

@@ -449,26 +449,15 @@ template <int NV>
   for (int v = NV; 16 * v < nk; ++v) _mm512_storeu_si512(out + 16 * v, _mm512_setzero_si512());
 }
 
-// Where the rows of every head live: position t of sequence b, query head h (kv head g) at
-// q + (b T + t) q_stride + h hd (k, v: kv_stride, g hd); out, dq, dk, dv alike. GPT-2's qkv
-// and Llama's separate q, k, v are both this.
-struct Layout {
-  int B, T, NH, KVH, hd;
-  size_t q_stride, kv_stride, out_stride;
-  size_t row(int b, int t) const { return static_cast<size_t>(b) * T + t; }
-  int group() const { return NH / KVH; }  // query heads per kv head
-  float scale() const { return 1.0f / std::sqrt(static_cast<float>(hd)); }
-};
-
 // What both passes check before their parallel region, and the packs' sizes.
-Geometry checked_geometry(const Layout& L, int threads) {
+Geometry checked_geometry(const AttentionLayout& L, int threads) {
   FORGE_CHECK(L.hd <= kMaxHeadDim, "attention head dim {} exceeds {}", L.hd, kMaxHeadDim);
   check_team(threads);
   return Geometry(L.T, L.hd);
 }
 
 void forward_core(float* out, float* lse, const float* q, const float* k, const float* v,
-                  const Layout& L, float* workspace, int threads) {
+                  const AttentionLayout& L, float* workspace, int threads) {
   const int T = L.T, hd = L.hd, group = L.group();
   const float scale = L.scale();
   const Geometry g = checked_geometry(L, threads);
@@ -529,7 +518,7 @@ void forward_core(float* out, float* lse, const float* q, const float* k, const 
 // kv_stride); dout has out_stride.
 void backward_core(float* dq, float* dk, float* dv, const float* dout, const float* q,
                    const float* k, const float* v, const float* out, const float* lse,
-                   const Layout& L, float* workspace, int threads) {
+                   const AttentionLayout& L, float* workspace, int threads) {
   const int T = L.T, hd = L.hd, group = L.group();
   const float scale = L.scale();
   const Geometry g = checked_geometry(L, threads);
@@ -623,34 +612,29 @@ void backward_core(float* dq, float* dk, float* dv, const float* dout, const flo
 
 void attention_forward_bf16(float* out, float* saved, const float* qkv, int B, int T, int C, int NH,
                             float* workspace, int threads) {
-  const size_t C3 = 3 * static_cast<size_t>(C);
-  const Layout L{B, T, NH, NH, C / NH, C3, C3, static_cast<size_t>(C)};
-  forward_core(out, saved, qkv, qkv + C, qkv + 2 * C, L, workspace, threads);
+  forward_core(out, saved, qkv, qkv + C, qkv + 2 * C, AttentionLayout::qkv(B, T, C, NH), workspace,
+               threads);
 }
 
 void attention_backward_bf16(float* dqkv, const float* dout, const float* qkv, const float* out,
                              const float* saved, int B, int T, int C, int NH, float* workspace,
                              int threads) {
-  const size_t C3 = 3 * static_cast<size_t>(C);
-  const Layout L{B, T, NH, NH, C / NH, C3, C3, static_cast<size_t>(C)};
-  backward_core(dqkv, dqkv + C, dqkv + 2 * C, dout, qkv, qkv + C, qkv + 2 * C, out, saved, L,
-                workspace, threads);
+  backward_core(dqkv, dqkv + C, dqkv + 2 * C, dout, qkv, qkv + C, qkv + 2 * C, out, saved,
+                AttentionLayout::qkv(B, T, C, NH), workspace, threads);
 }
 
 void gqa_attention_forward_bf16(float* out, float* saved, const float* q, const float* k,
                                 const float* v, const GqaShape& s, float* workspace, int threads) {
-  const size_t dq = static_cast<size_t>(s.NH) * s.hd, dkv = static_cast<size_t>(s.KVH) * s.hd;
-  const Layout L{s.B, s.T, s.NH, s.KVH, s.hd, dq, dkv, dq};
-  forward_core(out, saved, q, k, v, L, workspace, threads);
+  forward_core(out, saved, q, k, v, AttentionLayout::separate(s.B, s.T, s.NH, s.KVH, s.hd),
+               workspace, threads);
 }
 
 void gqa_attention_backward_bf16(float* dq, float* dk, float* dv, const float* dout, const float* q,
                                  const float* k, const float* v, const float* out,
                                  const float* saved, const GqaShape& s, float* workspace,
                                  int threads) {
-  const size_t dqs = static_cast<size_t>(s.NH) * s.hd, dkv = static_cast<size_t>(s.KVH) * s.hd;
-  const Layout L{s.B, s.T, s.NH, s.KVH, s.hd, dqs, dkv, dqs};
-  backward_core(dq, dk, dv, dout, q, k, v, out, saved, L, workspace, threads);
+  backward_core(dq, dk, dv, dout, q, k, v, out, saved,
+                AttentionLayout::separate(s.B, s.T, s.NH, s.KVH, s.hd), workspace, threads);
 }
 
 }  // namespace forge::kernels::cpu

@@ -6,8 +6,6 @@
 
 #include "forge/core/error.h"
 #include "forge/kernels/attention.h"
-#include "forge/kernels/cpu/dispatch.h"
-#include "forge/kernels/cpu/simd.h"
 
 namespace forge::kernels {
 
@@ -114,19 +112,22 @@ size_t gqa_attention_saved_floats(const GqaShape& s) {
   return AttentionSaved::floats(s.B, s.T, s.NH, s.KVH, s.hd);
 }
 
-// The SIMD source, compiled once per ISA (see cpu/dispatch.h).
-#define FORGE_ISA_SOURCE "forge/kernels/cpu/gqa_attention.inc"
-#include "forge/kernels/cpu/for_each_isa.inc"
+namespace {
+AttentionLayout checked_layout(const GqaShape& s) {
+  check_shape(s);
+  return AttentionLayout::separate(s.B, s.T, s.NH, s.KVH, s.hd);
+}
+}  // namespace
 
 void gqa_attention_forward(float* out, float* saved, const float* q, const float* k, const float* v,
                            const GqaShape& s) {
-  FORGE_SIMD_DISPATCH(gqa_attention_forward(out, saved, q, k, v, s));
+  attention_forward(out, saved, q, k, v, checked_layout(s));
 }
 
 void gqa_attention_backward(float* dq, float* dk, float* dv, const float* dout, const float* q,
                             const float* k, const float* v, const float* out, const float* saved,
                             const GqaShape& s) {
-  FORGE_SIMD_DISPATCH(gqa_attention_backward(dq, dk, dv, dout, q, k, v, out, saved, s));
+  attention_backward(dq, dk, dv, dout, q, k, v, out, saved, checked_layout(s));
 }
 
 }  // namespace cpu

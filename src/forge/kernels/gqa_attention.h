@@ -37,9 +37,8 @@ void gqa_attention_backward(Real* dq, Real* dk, Real* dv, const Real* dout, cons
 }  // namespace scalar
 
 namespace cpu {
-// Largest head dimension the tiled kernels accept (their accumulators live on the stack).
-inline constexpr int kGqaMaxHeadDim = 256;
-// saved = lse [B, NH, T] | k^T | v^T [B, KVH, hd, attention_key_stride(T)] (attention.h):
+// attention.h's fused fp32 kernel with q, k, v and out as above (head dimension up to
+// kMaxHeadDim). saved = lse [B, NH, T] | k^T | v^T [B, KVH, hd, attention_key_stride(T)]:
 // forward transposes each kv head's keys and values once, for all query heads of its group and
 // for backward, instead of once per (query tile, key tile).
 size_t gqa_attention_saved_floats(const GqaShape& s);
