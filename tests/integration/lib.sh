@@ -117,10 +117,14 @@ llama_gate() {
 # names one of RUNGS (a regular expression), and its --out folder holds the two reports with
 # their run section (and FILES). Prints the verdict, the worst tensor and, for the long runs,
 # the convergence and speed lines.
+# The folder verify_gate writes a gate's reports to: gate_out GATE PROFILE CONFIG
+gate_out() { echo "v-$1-$2-${3%.json}"; }
+
 verify_gate() {
   local gate=$1 profile=$2 cfg=$3 rungs=$4 t0=$SECONDS rc last f
   shift 4
-  local out="v-$gate-$profile-${cfg%.json}"
+  local out
+  out=$(gate_out "$gate" "$profile" "$cfg")
   set +e
   # VERIFY_ARGS: more options for forge verify (word-split), e.g. --calibrate
   "$FORGE" verify --gate "$gate" --profile "$profile" --config "$cfg" --source-dir "$SRC" \

@@ -13,7 +13,7 @@ for isa in avx2 generic; do
       data.val='"data/val.bin"'
     for gate in alignment multistep; do
       FORGE_CPU_ISA=$isa verify_gate "$gate" fast "$cfg-$isa.json" 'TOLERANCE|BITWISE'
-      out="v-$gate-fast-$cfg-$isa"
+      out=$(gate_out "$gate" fast "$cfg-$isa.json")
       grep -q "(numerics fast: $isa kernels, .*FORGE_CPU_ISA=$isa from the environment)" \
         "$out/report.md" || fail "$gate ($isa) on $cfg: report.md does not name the $isa kernels"
       grep -q "FORGE_CPU_ISA=$isa .*/forge train " "$out/commands.sh" ||
