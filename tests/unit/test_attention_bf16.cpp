@@ -173,6 +173,20 @@ void check_bf16_gqa(forge::kernels::GqaShape s) {
   }
 }
 
+// Like the fp32 kernel (LlamaKernels.GqaAttentionRefusesKvHeadsThatDoNotDivideQueryHeads),
+// the bf16 one refuses kv heads that do not divide the query heads before touching a buffer:
+// the check is in the layout both build.
+TEST(AttentionBf16, RefusesKvHeadsThatDoNotDivideQueryHeads) {
+  if (!cpu::attention_bf16_available()) GTEST_SKIP() << "no avx512_bf16 on this CPU";
+  const forge::kernels::GqaShape s{1, 4, 6, 4, 8};  // 6 query heads, 4 kv heads
+  float* none = nullptr;
+  EXPECT_THROW(cpu::gqa_attention_forward_bf16(none, none, none, none, none, s, none, 1),
+               forge::Error);
+  EXPECT_THROW(cpu::gqa_attention_backward_bf16(none, none, none, none, none, none, none, none,
+                                                none, s, none, 1),
+               forge::Error);
+}
+
 TEST(AttentionBf16, GroupedQueryMatchesFloat64WithinBf16Error) {
   if (!cpu::attention_bf16_available()) GTEST_SKIP() << "no avx512_bf16 on this CPU";
   check_bf16_gqa({2, 37, 4, 2, 7});

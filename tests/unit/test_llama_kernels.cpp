@@ -11,6 +11,7 @@
 #include <random>
 #include <vector>
 
+#include "forge/core/error.h"
 #include "forge/kernels/attention.h"
 #include "forge/kernels/gqa_attention.h"
 #include "forge/kernels/rmsnorm.h"
@@ -239,6 +240,16 @@ TEST(LlamaKernels, GqaAttentionMatchesFloat64) {
     // tasks above.
     check_gqa(8, 21, 8, 4, 6);
   });
+}
+
+// Query head h reads kv head h / (NH / KVH), so KVH must divide NH; the fused kernel checks
+// before touching a buffer (the bf16 one alike: AttentionBf16.RefusesKvHeads...).
+TEST(LlamaKernels, GqaAttentionRefusesKvHeadsThatDoNotDivideQueryHeads) {
+  const GqaShape s{1, 4, 6, 4, 8};  // 6 query heads, 4 kv heads
+  float* none = nullptr;
+  EXPECT_THROW(cpu::gqa_attention_forward(none, none, none, none, none, s), forge::Error);
+  EXPECT_THROW(cpu::gqa_attention_backward(none, none, none, none, none, none, none, none, none, s),
+               forge::Error);
 }
 
 // GQA is multi-head attention over repeated kv heads, query head h reading kv head

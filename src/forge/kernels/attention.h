@@ -19,6 +19,8 @@
 #include <cmath>
 #include <cstddef>
 
+#include "forge/core/error.h"
+
 namespace forge::kernels {
 
 namespace scalar {
@@ -79,13 +81,18 @@ struct AttentionLayout {
   int group() const { return NH / KVH; }  // query heads per kv head
   float scale() const { return 1.0f / std::sqrt(static_cast<float>(hd)); }
 
+  // The two constructors check the head counts, so that every fused kernel, fp32 or bf16,
+  // refuses a shape its head arithmetic would misread.
   // GPT-2's heads: q, k and v side by side in qkv's rows of 3C, out's rows of C.
   static AttentionLayout qkv(int B, int T, int C, int NH) {
+    FORGE_CHECK(NH > 0 && C % NH == 0, "attention: {} heads must divide the width {}", NH, C);
     const size_t C3 = 3 * static_cast<size_t>(C);
     return {B, T, NH, NH, C / NH, C3, C3, static_cast<size_t>(C)};
   }
   // Llama's (gqa_attention.h): q and out [B, T, NH, hd], k and v [B, T, KVH, hd].
   static AttentionLayout separate(int B, int T, int NH, int KVH, int hd) {
+    FORGE_CHECK(KVH > 0 && NH % KVH == 0,
+                "grouped-query attention: {} kv heads must divide {} query heads", KVH, NH);
     const size_t q_stride = static_cast<size_t>(NH) * hd;
     return {B, T, NH, KVH, hd, q_stride, static_cast<size_t>(KVH) * hd, q_stride};
   }

@@ -112,22 +112,16 @@ size_t gqa_attention_saved_floats(const GqaShape& s) {
   return AttentionSaved::floats(s.B, s.T, s.NH, s.KVH, s.hd);
 }
 
-namespace {
-AttentionLayout checked_layout(const GqaShape& s) {
-  check_shape(s);
-  return AttentionLayout::separate(s.B, s.T, s.NH, s.KVH, s.hd);
-}
-}  // namespace
-
 void gqa_attention_forward(float* out, float* saved, const float* q, const float* k, const float* v,
                            const GqaShape& s) {
-  attention_forward(out, saved, q, k, v, checked_layout(s));
+  attention_forward(out, saved, q, k, v, AttentionLayout::separate(s.B, s.T, s.NH, s.KVH, s.hd));
 }
 
 void gqa_attention_backward(float* dq, float* dk, float* dv, const float* dout, const float* q,
                             const float* k, const float* v, const float* out, const float* saved,
                             const GqaShape& s) {
-  attention_backward(dq, dk, dv, dout, q, k, v, out, saved, checked_layout(s));
+  attention_backward(dq, dk, dv, dout, q, k, v, out, saved,
+                     AttentionLayout::separate(s.B, s.T, s.NH, s.KVH, s.hd));
 }
 
 }  // namespace cpu
