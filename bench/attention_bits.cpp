@@ -38,9 +38,10 @@ int main(int argc, char** argv) {
   }
   size_t written = 0;
   auto put = [&](const std::vector<float>& v) { written += std::fwrite(v.data(), 4, v.size(), f); };
-  // GPT-2's kernel: B, T, NH, hd (T ragged against the 32-query and 64-key tiles, T = 1).
+  // GPT-2's kernel: B, T, NH, hd (T ragged against the 32-query and 64-key tiles, T = 1; a
+  // few (sequence, head) pairs, which backward splits into key-tile and query-tile tasks).
   const int gpt2[][4] = {{2, 256, 6, 64}, {3, 97, 4, 64}, {1, 300, 2, 80}, {2, 33, 3, 8},
-                         {1, 64, 1, 32},  {2, 1, 2, 16},  {1, 129, 5, 24}};
+                         {1, 64, 1, 32},  {2, 1, 2, 16},  {1, 129, 5, 24}, {1, 257, 1, 64}};
   for (unsigned i = 0; i < std::size(gpt2); ++i) {
     const int B = gpt2[i][0], T = gpt2[i][1], NH = gpt2[i][2], C = NH * gpt2[i][3];
     const auto qkv = random_floats(size_t(B) * T * 3 * C, 1 + i, kSpread),
@@ -55,7 +56,8 @@ int main(int argc, char** argv) {
   }
   // The grouped-query kernel: B, T, NH, KVH, hd (1 to 4 query heads per kv head).
   const GqaShape gqa[] = {{2, 256, 8, 2, 64}, {1, 97, 6, 3, 32}, {2, 45, 4, 1, 16},
-                          {1, 130, 4, 4, 64}, {1, 1, 2, 1, 8},   {3, 200, 6, 2, 40}};
+                          {1, 130, 4, 4, 64}, {1, 1, 2, 1, 8},   {3, 200, 6, 2, 40},
+                          {1, 200, 4, 1, 64}};
   for (unsigned i = 0; i < std::size(gqa); ++i) {
     const GqaShape& s = gqa[i];
     const size_t rows = size_t(s.B) * s.T, qn = rows * s.NH * s.hd, kn = rows * s.KVH * s.hd;

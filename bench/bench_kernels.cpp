@@ -318,12 +318,14 @@ void BM_AttentionBf16(benchmark::State& state, AttentionShape a, bool backward) 
 }
 
 // The `fast` profile's grouped-query attention (Llama), on llama-small's shape: 8 query heads
-// sharing 2 kv heads. Same counters as the GPT-2 kernels: the FLOPs count the query heads.
+// sharing 2 kv heads; and one sequence of multi-query attention (one kv head), where
+// backward has a single (sequence, kv head) pair to share among the threads. Same counters
+// as the GPT-2 kernels: the FLOPs count the query heads (not backward's recomputation).
 struct GqaBenchShape {
   const char* name;
   forge::kernels::GqaShape s;
 };
-const GqaBenchShape kGqa[] = {{"llama", {8, 256, 8, 2, 64}}};
+const GqaBenchShape kGqa[] = {{"llama", {8, 256, 8, 2, 64}}, {"mqa-b1", {1, 512, 8, 1, 64}}};
 
 void BM_GqaAttentionFused(benchmark::State& state, GqaBenchShape g, bool backward) {
   const forge::kernels::GqaShape& s = g.s;

@@ -4,6 +4,7 @@
 // awkward on purpose (not multiples of the vector width; sequences crossing the attention
 // tiles of 32 queries and 64 keys).
 #include <gtest/gtest.h>
+#include <omp.h>
 
 #include <cmath>
 #include <cstdint>
@@ -240,6 +241,36 @@ TEST(LlamaKernels, GqaAttentionMatchesFloat64) {
     // tasks above.
     check_gqa(8, 21, 8, 4, 6);
   });
+}
+
+// Forward and backward must not change a bit with the thread count (a resumed run may use
+// another). Few (sequence, kv head) pairs is where the schedules differ: forward's tasks are
+// query tiles, and backward splits a pair into key-tile tasks (dk, dv) and query-tile tasks
+// (dq) when there are too few pairs to share out, but not on one thread.
+TEST(LlamaKernels, GqaAttentionIsTheSameOnAnyThreadCount) {
+  const int saved_threads = omp_get_max_threads();
+  for_each_isa([] {
+    for (const GqaShape& s : {GqaShape{1, 200, 4, 1, 64}, GqaShape{2, 45, 4, 1, 16},
+                              GqaShape{1, 97, 6, 3, 32}, GqaShape{1, 130, 2, 2, 24}}) {
+      SCOPED_TRACE(testing::Message() << "B=" << s.B << " T=" << s.T << " NH=" << s.NH
+                                      << " KVH=" << s.KVH << " hd=" << s.hd);
+      const size_t nq = size_t(s.B) * s.T * s.NH * s.hd, nk = size_t(s.B) * s.T * s.KVH * s.hd;
+      const Floats q = random_floats(nq, 84), k = random_floats(nk, 85), v = random_floats(nk, 86),
+                   dout = random_floats(nq, 87);
+      std::vector<Floats> results;
+      for (int threads = 1; threads <= 3; ++threads) {
+        omp_set_num_threads(threads);
+        Floats out(nq), saved(cpu::gqa_attention_saved_floats(s)), dq(nq, 7.0f), dk(nk, 7.0f),
+            dv(nk, 7.0f);
+        cpu::gqa_attention_forward(out.data(), saved.data(), q.data(), k.data(), v.data(), s);
+        cpu::gqa_attention_backward(dq.data(), dk.data(), dv.data(), dout.data(), q.data(),
+                                    k.data(), v.data(), out.data(), saved.data(), s);
+        for (Floats* r : {&out, &dq, &dk, &dv}) results.push_back(std::move(*r));
+      }
+      for (size_t i = 4; i < results.size(); ++i) EXPECT_EQ(results[i], results[i % 4]) << i;
+    }
+  });
+  omp_set_num_threads(saved_threads);
 }
 
 // Query head h reads kv head h / (NH / KVH), so KVH must divide NH; the fused kernel checks
