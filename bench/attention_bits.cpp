@@ -1,18 +1,22 @@
 // Writes the fused fp32 attention kernels' outputs (forward and backward, GPT-2's and
-// grouped-query) on fixed pseudo-random inputs of awkward shapes to one binary file, so that two
-// builds can be compared byte for byte: a change meant to keep the same arithmetic (a new loop
-// order, a product that overwrites instead of accumulating onto zeros) must leave `cmp` silent.
+// grouped-query), and the bf16 grouped-query kernels' where the CPU has avx512_bf16, on fixed
+// pseudo-random inputs of awkward shapes to one binary file, so that two builds can be compared
+// byte for byte: a change meant to keep the same arithmetic (a new loop order, a product that
+// overwrites instead of accumulating onto zeros) must leave `cmp` silent.
 //
 //   cmake --build build --target attention_bits && build/attention_bits new.bin
 //   (the same in a worktree of the previous commit, then) cmp old.bin new.bin
 //
 // Outputs are pre-filled with 7.0 so that a row the kernel fails to write shows.
+#include <omp.h>
+
 #include <cstdint>
 #include <cstdio>
 #include <vector>
 
 #include "bench_util.h"
 #include "forge/kernels/attention.h"
+#include "forge/kernels/attention_bf16.h"
 #include "forge/kernels/gqa_attention.h"
 
 namespace {
@@ -73,6 +77,29 @@ int main(int argc, char** argv) {
     put(dk);
     put(dv);
   }
+  // The bf16 kernels (where the CPU has avx512_bf16), on the grouped-query shapes, with a
+  // workspace for the team the run has.
+  if (cpu::attention_bf16_available())
+    for (unsigned i = 0; i < std::size(gqa); ++i) {
+      const GqaShape& s = gqa[i];
+      const size_t rows = size_t(s.B) * s.T, qn = rows * s.NH * s.hd, kn = rows * s.KVH * s.hd;
+      const auto q = random_floats(qn, 600 + i, kSpread), k = random_floats(kn, 700 + i, kSpread),
+                 v = random_floats(kn, 800 + i, kSpread),
+                 dout = random_floats(qn, 900 + i, kSpread);
+      const int threads = omp_get_max_threads();
+      std::vector<float> out(qn, 7.0f), dq(qn, 7.0f), dk(kn, 7.0f), dv(kn, 7.0f),
+          saved(cpu::attention_bf16_saved_floats(s.B, s.T, s.NH)),
+          workspace(cpu::attention_bf16_workspace_floats(s.T, s.hd, threads));
+      cpu::gqa_attention_forward_bf16(out.data(), saved.data(), q.data(), k.data(), v.data(), s,
+                                      workspace.data(), threads);
+      cpu::gqa_attention_backward_bf16(dq.data(), dk.data(), dv.data(), dout.data(), q.data(),
+                                       k.data(), v.data(), out.data(), saved.data(), s,
+                                       workspace.data(), threads);
+      put(out);
+      put(dq);
+      put(dk);
+      put(dv);
+    }
   if (std::fclose(f) != 0) {
     std::fprintf(stderr, "attention_bits: writing %s failed\n", argv[1]);
     return 1;

@@ -317,8 +317,8 @@ void BM_AttentionBf16(benchmark::State& state, AttentionShape a, bool backward) 
                          benchmark::Counter::kIsRate, benchmark::Counter::kIs1000);
 }
 
-// The `fast` profile's grouped-query attention (Llama), on llama-small's shape: 8 query heads
-// sharing 2 kv heads; and one sequence of multi-query attention (one kv head), where
+// The grouped-query attention (Llama) of the `fast` and `bf16` profiles, on llama-small's shape: 8
+// query heads sharing 2 kv heads; and one sequence of multi-query attention (one kv head), where
 // backward has a single (sequence, kv head) pair to share among the threads. Same counters
 // as the GPT-2 kernels: the FLOPs count the query heads (not backward's recomputation).
 struct GqaBenchShape {
@@ -327,20 +327,40 @@ struct GqaBenchShape {
 };
 const GqaBenchShape kGqa[] = {{"llama", {8, 256, 8, 2, 64}}, {"mqa-b1", {1, 512, 8, 1, 64}}};
 
-void BM_GqaAttentionFused(benchmark::State& state, GqaBenchShape g, bool backward) {
+// bf16: the `bf16` profile's kernels (attention_bf16.h) instead of the fp32 ones.
+void BM_GqaAttention(benchmark::State& state, GqaBenchShape g, bool backward, bool bf16) {
+  if (bf16 && !cpu::attention_bf16_available()) {
+    state.SkipWithError("no avx512_bf16 on this CPU");
+    return;
+  }
   const forge::kernels::GqaShape& s = g.s;
   const size_t rows = size_t(s.B) * s.T, qw = size_t(s.NH) * s.hd, kvw = size_t(s.KVH) * s.hd;
+  const int threads = omp_get_max_threads();
   auto q = random_floats(rows * qw, 5), k = random_floats(rows * kvw, 6),
        v = random_floats(rows * kvw, 7), dout = random_floats(rows * qw, 8);
-  std::vector<float> out(rows * qw), saved(cpu::gqa_attention_saved_floats(s)), dq(rows * qw),
-      dk(rows * kvw), dv(rows * kvw);
-  cpu::gqa_attention_forward(out.data(), saved.data(), q.data(), k.data(), v.data(), s);
-  for (auto _ : state) {
-    if (backward)
-      cpu::gqa_attention_backward(dq.data(), dk.data(), dv.data(), dout.data(), q.data(), k.data(),
-                                  v.data(), out.data(), saved.data(), s);
+  std::vector<float> out(rows * qw),
+      saved(bf16 ? cpu::attention_bf16_saved_floats(s.B, s.T, s.NH)
+                 : cpu::gqa_attention_saved_floats(s)),
+      dq(rows * qw), dk(rows * kvw), dv(rows * kvw),
+      ws(bf16 ? cpu::attention_bf16_workspace_floats(s.T, s.hd, threads) : 0);
+  auto forward = [&] {
+    if (bf16)
+      cpu::gqa_attention_forward_bf16(out.data(), saved.data(), q.data(), k.data(), v.data(), s,
+                                      ws.data(), threads);
     else
       cpu::gqa_attention_forward(out.data(), saved.data(), q.data(), k.data(), v.data(), s);
+  };
+  forward();
+  for (auto _ : state) {
+    if (!backward)
+      forward();
+    else if (bf16)
+      cpu::gqa_attention_backward_bf16(dq.data(), dk.data(), dv.data(), dout.data(), q.data(),
+                                       k.data(), v.data(), out.data(), saved.data(), s, ws.data(),
+                                       threads);
+    else
+      cpu::gqa_attention_backward(dq.data(), dk.data(), dv.data(), dout.data(), q.data(), k.data(),
+                                  v.data(), out.data(), saved.data(), s);
     benchmark::ClobberMemory();
   }
   const AttentionShape as{g.name, s.B, s.T, s.NH * s.hd, s.NH};
@@ -540,9 +560,11 @@ void register_all() {
           backward);
   }
   for (const GqaBenchShape& g : kGqa)
-    for (bool backward : {false, true})
-      add(std::string("attention/gqa_fused/") + (backward ? "bwd/" : "fwd/") + g.name,
-          BM_GqaAttentionFused, g, backward);
+    for (bool bf16 : {false, true})
+      for (bool backward : {false, true})
+        add(std::string(bf16 ? "attention/gqa_bf16/" : "attention/gqa_fused/") +
+                (backward ? "bwd/" : "fwd/") + g.name,
+            BM_GqaAttention, g, backward, bf16);
   for (auto [name, N, C] : {std::tuple{"small", 2048, 384}, std::tuple{"124m", 1024, 768}}) {
     const std::string n = name;
     add("layernorm/fused/fwd/" + n, BM_LayerNormFused, N, C, false);

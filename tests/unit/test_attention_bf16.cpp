@@ -16,6 +16,7 @@
 
 namespace {
 
+using forge::kernels::GqaShape;
 using namespace forge_test;
 namespace cpu = forge::kernels::cpu;
 namespace scalar = forge::kernels::scalar;
@@ -193,6 +194,37 @@ TEST(AttentionBf16, GroupedQueryMatchesFloat64WithinBf16Error) {
   check_bf16_gqa({1, 130, 6, 2, 16});
   check_bf16_gqa({2, 64, 3, 3, 64});
   check_bf16_gqa({1, 97, 8, 1, 24});
+}
+
+// The thread count must not change a bit (a resumed run may use another). With few
+// (sequence, kv head) pairs forward's tasks are single query heads instead of whole kv heads:
+// the 4 pairs of the second shape take whole kv heads on one thread and single heads on two.
+TEST(AttentionBf16, IsTheSameOnAnyThreadCount) {
+  if (!cpu::attention_bf16_available()) GTEST_SKIP() << "no avx512_bf16 on this CPU";
+  const int saved_threads = omp_get_max_threads(), planned = 3;
+  for (const GqaShape& s :
+       {GqaShape{1, 200, 4, 1, 64}, GqaShape{2, 70, 4, 2, 16}, GqaShape{3, 45, 6, 2, 24}}) {
+    SCOPED_TRACE(testing::Message() << "B=" << s.B << " T=" << s.T << " NH=" << s.NH
+                                    << " KVH=" << s.KVH << " hd=" << s.hd);
+    const size_t nq = size_t(s.B) * s.T * s.NH * s.hd, nk = size_t(s.B) * s.T * s.KVH * s.hd;
+    const Floats q = random_floats(nq, 67), k = random_floats(nk, 68), v = random_floats(nk, 69),
+                 dout = random_floats(nq, 70);
+    Floats workspace(cpu::attention_bf16_workspace_floats(s.T, s.hd, planned));
+    std::vector<Floats> results;
+    for (int threads = 1; threads <= planned; ++threads) {
+      omp_set_num_threads(threads);
+      Floats out(nq), saved(cpu::attention_bf16_saved_floats(s.B, s.T, s.NH)), dq(nq, 7.0f),
+          dk(nk, 7.0f), dv(nk, 7.0f);
+      cpu::gqa_attention_forward_bf16(out.data(), saved.data(), q.data(), k.data(), v.data(), s,
+                                      workspace.data(), planned);
+      cpu::gqa_attention_backward_bf16(dq.data(), dk.data(), dv.data(), dout.data(), q.data(),
+                                       k.data(), v.data(), out.data(), saved.data(), s,
+                                       workspace.data(), planned);
+      for (Floats* r : {&out, &dq, &dk, &dv}) results.push_back(std::move(*r));
+    }
+    for (size_t i = 4; i < results.size(); ++i) EXPECT_EQ(results[i], results[i % 4]) << i;
+  }
+  omp_set_num_threads(saved_threads);
 }
 
 // Softmax's gradient sums to zero over a row. When every key is one vector k and every value
