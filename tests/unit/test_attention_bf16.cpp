@@ -144,7 +144,7 @@ TEST(AttentionBf16, IsExactlyCausal) {
 
 // Grouped-query attention (Llama): the same kernels over separate q, k, v; dk and dv sum over
 // each kv head's group of query heads.
-void check_bf16_gqa(forge::kernels::GqaShape s) {
+void check_bf16_gqa(GqaShape s) {
   SCOPED_TRACE(testing::Message() << "B=" << s.B << " T=" << s.T << " NH=" << s.NH
                                   << " KVH=" << s.KVH << " hd=" << s.hd);
   const size_t rows = size_t(s.B) * s.T, dq = size_t(s.NH) * s.hd, dkv = size_t(s.KVH) * s.hd;
@@ -179,7 +179,7 @@ void check_bf16_gqa(forge::kernels::GqaShape s) {
 // the check is in the layout both build.
 TEST(AttentionBf16, RefusesKvHeadsThatDoNotDivideQueryHeads) {
   if (!cpu::attention_bf16_available()) GTEST_SKIP() << "no avx512_bf16 on this CPU";
-  const forge::kernels::GqaShape s{1, 4, 6, 4, 8};  // 6 query heads, 4 kv heads
+  const GqaShape s{1, 4, 6, 4, 8};  // 6 query heads, 4 kv heads
   float* none = nullptr;
   EXPECT_THROW(cpu::gqa_attention_forward_bf16(none, none, none, none, none, s, none, 1),
                forge::Error);
