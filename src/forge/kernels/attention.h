@@ -20,6 +20,7 @@
 #include <cstddef>
 
 #include "forge/core/error.h"
+#include "forge/kernels/gqa_attention.h"
 
 namespace forge::kernels {
 
@@ -90,11 +91,11 @@ struct AttentionLayout {
     return {B, T, NH, NH, C / NH, C3, C3, static_cast<size_t>(C)};
   }
   // Llama's (gqa_attention.h): q and out [B, T, NH, hd], k and v [B, T, KVH, hd].
-  static AttentionLayout separate(int B, int T, int NH, int KVH, int hd) {
-    FORGE_CHECK(KVH > 0 && NH % KVH == 0,
-                "grouped-query attention: {} kv heads must divide {} query heads", KVH, NH);
-    const size_t q_stride = static_cast<size_t>(NH) * hd;
-    return {B, T, NH, KVH, hd, q_stride, static_cast<size_t>(KVH) * hd, q_stride};
+  static AttentionLayout separate(const GqaShape& s) {
+    FORGE_CHECK(s.KVH > 0 && s.NH % s.KVH == 0,
+                "grouped-query attention: {} kv heads must divide {} query heads", s.KVH, s.NH);
+    const size_t q_stride = static_cast<size_t>(s.NH) * s.hd;
+    return {s.B, s.T, s.NH, s.KVH, s.hd, q_stride, static_cast<size_t>(s.KVH) * s.hd, q_stride};
   }
 };
 // The one fused fp32 kernel behind both attention_forward above and gqa_attention_forward:

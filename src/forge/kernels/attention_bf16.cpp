@@ -631,16 +631,15 @@ void attention_backward_bf16(float* dqkv, const float* dout, const float* qkv, c
 
 void gqa_attention_forward_bf16(float* out, float* saved, const float* q, const float* k,
                                 const float* v, const GqaShape& s, float* workspace, int threads) {
-  forward_core(out, saved, q, k, v, AttentionLayout::separate(s.B, s.T, s.NH, s.KVH, s.hd),
-               workspace, threads);
+  forward_core(out, saved, q, k, v, AttentionLayout::separate(s), workspace, threads);
 }
 
 void gqa_attention_backward_bf16(float* dq, float* dk, float* dv, const float* dout, const float* q,
                                  const float* k, const float* v, const float* out,
                                  const float* saved, const GqaShape& s, float* workspace,
                                  int threads) {
-  backward_core(dq, dk, dv, dout, q, k, v, out, saved,
-                AttentionLayout::separate(s.B, s.T, s.NH, s.KVH, s.hd), workspace, threads);
+  backward_core(dq, dk, dv, dout, q, k, v, out, saved, AttentionLayout::separate(s), workspace,
+                threads);
 }
 
 }  // namespace forge::kernels::cpu

@@ -114,14 +114,13 @@ size_t gqa_attention_saved_floats(const GqaShape& s) {
 
 void gqa_attention_forward(float* out, float* saved, const float* q, const float* k, const float* v,
                            const GqaShape& s) {
-  attention_forward(out, saved, q, k, v, AttentionLayout::separate(s.B, s.T, s.NH, s.KVH, s.hd));
+  attention_forward(out, saved, q, k, v, AttentionLayout::separate(s));
 }
 
 void gqa_attention_backward(float* dq, float* dk, float* dv, const float* dout, const float* q,
                             const float* k, const float* v, const float* out, const float* saved,
                             const GqaShape& s) {
-  attention_backward(dq, dk, dv, dout, q, k, v, out, saved,
-                     AttentionLayout::separate(s.B, s.T, s.NH, s.KVH, s.hd));
+  attention_backward(dq, dk, dv, dout, q, k, v, out, saved, AttentionLayout::separate(s));
 }
 
 }  // namespace cpu
