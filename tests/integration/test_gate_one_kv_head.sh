@@ -1,7 +1,8 @@
 # The `fast` and `bf16` multistep gates on llama-tiny at B=1 with one kv head: a single
-# (sequence, kv head) pair, which the attention kernels share out differently (fp32 backward:
-# key-tile tasks for dk, dv and query-tile tasks for dq; bf16 forward: one task per query
-# head) so that a thread does not sit idle. Same bounds as the gates on llama-tiny itself.
+# (sequence, kv head) pair, which the attention kernels share out differently (backward: tasks
+# over key tiles for dk, dv and over query tiles for dq, fp32 and bf16; bf16 forward: one task
+# per query head) so that a thread does not sit idle. Same bounds as the gates on llama-tiny
+# itself.
 source "$(dirname "$0")/lib.sh"
 prepare_corpus
 make_config llama-b1.json "$SRC/configs/llama-tiny.json" \

@@ -197,13 +197,17 @@ TEST(AttentionBf16, GroupedQueryMatchesFloat64WithinBf16Error) {
 }
 
 // The thread count must not change a bit (a resumed run may use another). With few
-// (sequence, kv head) pairs forward's tasks are single query heads instead of whole kv heads:
-// the 4 pairs of the second shape take whole kv heads on one thread and single heads on two.
+// (sequence, kv head) pairs forward's tasks are single query heads instead of whole kv heads
+// (the 4 pairs of the second shape take whole kv heads on one thread and single heads on
+// two), and backward's are runs of key tiles, then runs of query tiles, instead of pairs (the
+// shapes with one pair, from two threads on: T = 200 and 259 give runs of several key tiles,
+// T = 131 and 259 an odd last row).
 TEST(AttentionBf16, IsTheSameOnAnyThreadCount) {
   if (!cpu::attention_bf16_available()) GTEST_SKIP() << "no avx512_bf16 on this CPU";
   const int saved_threads = omp_get_max_threads(), planned = 3;
   for (const GqaShape& s :
-       {GqaShape{1, 200, 4, 1, 64}, GqaShape{2, 70, 4, 2, 16}, GqaShape{3, 45, 6, 2, 24}}) {
+       {GqaShape{1, 200, 4, 1, 64}, GqaShape{2, 70, 4, 2, 16}, GqaShape{3, 45, 6, 2, 24},
+        GqaShape{1, 131, 1, 1, 40}, GqaShape{1, 259, 3, 1, 24}}) {
     SCOPED_TRACE(testing::Message() << "B=" << s.B << " T=" << s.T << " NH=" << s.NH
                                     << " KVH=" << s.KVH << " hd=" << s.hd);
     const size_t nq = size_t(s.B) * s.T * s.NH * s.hd, nk = size_t(s.B) * s.T * s.KVH * s.hd;

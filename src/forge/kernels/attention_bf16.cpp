@@ -258,19 +258,20 @@ struct Tiles {
   float acc[kQTile * kMaxHeadDim];         // output or dq accumulators
 };
 
-// Rows of one head's keys (or values) as pairs along the head dim, transposed to [hp2][ldt].
+// Rows [r0, r1) of one head's keys (or values) as pairs along the head dim, transposed into
+// columns [r0, r1) of [hp2][ldt].
 void pack_pairs_transposed(uint32_t* dst, uint32_t* tmp_rows, const float* src, size_t stride,
-                           const Geometry& g) {
-  pack_rows(tmp_rows, src, stride, g.T, g.hd);
-  transpose_head<uint32_t>(dst, g.ldt, tmp_rows, g.hp2, g.T, g.hp2);
+                           const Geometry& g, int r0, int r1) {
+  pack_rows(tmp_rows, src + static_cast<size_t>(r0) * stride, stride, r1 - r0, g.hd);
+  transpose_head<uint32_t>(dst + r0, g.ldt, tmp_rows, g.hp2, r1 - r0, g.hp2);
 }
 
-// Pairs of positions of one head's rows, transposed to [hd][ldt2]: an A operand summed over
-// positions.
+// Pairs of positions of rows [r0, r1) of one head (r0 even), transposed into columns
+// [r0 / 2, (r1 + 1) / 2) of [hd][ldt2]: an A operand summed over positions.
 void pack_vnni_transposed(uint32_t* dst, uint32_t* tmp_vnni, const float* src, size_t stride,
-                          const Geometry& g) {
-  pack_vnni(tmp_vnni, g.hd, src, stride, g.T, g.hd);
-  transpose_head<uint32_t>(dst, g.ldt2, tmp_vnni, g.hd, g.T2, g.hd);
+                          const Geometry& g, int r0, int r1) {
+  pack_vnni(tmp_vnni, g.hd, src + static_cast<size_t>(r0) * stride, stride, r1 - r0, g.hd);
+  transpose_head<uint32_t>(dst + r0 / 2, g.ldt2, tmp_vnni, g.hd, (r1 - r0 + 1) / 2, g.hd);
 }
 
 // Checked before the parallel region (an exception must not leave one): the team it opens
@@ -476,7 +477,7 @@ void forward_core(float* out, float* lse, const float* q, const float* k, const 
       for (int kvh = 0; kvh < L.KVH; ++kvh)
         for (int part = 0; part < parts; ++part) {
           const size_t kv_off = L.row(b, 0) * L.kv_stride + static_cast<size_t>(kvh) * hd;
-          pack_pairs_transposed(pk.k_t, pk.tmp_rows, k + kv_off, L.kv_stride, g);
+          pack_pairs_transposed(pk.k_t, pk.tmp_rows, k + kv_off, L.kv_stride, g, 0, T);
           uint32_t* v_vnni = pk.kv_vnni;  // forward keeps v's pairs here
           pack_vnni(v_vnni, hd, v + kv_off, L.kv_stride, T, hd);
           const int h0 = kvh * group + part * (group / parts);
@@ -520,6 +521,102 @@ void forward_core(float* out, float* lse, const float* q, const float* k, const 
   }
 }
 
+// The products a backward task makes on a (query tile, key tile) step, beside P and dS, which
+// every task computes: all three (dQ += dS K, dV += P^T dO, dK += dS^T Q), dQ's alone or dK's
+// and dV's alone (the split schedule, backward_core).
+enum class Grads { kAll, kQuery, kKeyValue };
+
+// One (query tile, key tile) step of backward on the thread's packs of a query head and its
+// kv head. delta, lse: D and the log-sum-exp of the tile's query rows; dQ accumulates in
+// tl.acc, dK^T and dV^T in pk.dk_t and pk.dv_t.
+template <Grads G>
+void backward_step(Tiles& tl, const TileStep& t, const Geometry& g, const Packs& pk,
+                   const float* delta, const float* lse) {
+  constexpr bool kDq = G != Grads::kKeyValue, kDkv = G != Grads::kQuery;
+  const int hd = g.hd;
+  const uint32_t* q_tile = pk.q_rows + static_cast<size_t>(t.i0) * g.hp2;
+  const uint32_t* dout_tile = pk.dout_rows + static_cast<size_t>(t.i0) * g.hp2;
+  for_row_blocks(t, [&]<int MR, int NV>(int r0) {
+    {
+      // P = exp(scale Q K^T - lse), masked; kept in fp32 for dS and as pairs of queries for dV.
+      __m512 p[MR][NV];
+      masked_scores<MR, NV>(p, t, g, q_tile, pk.k_t, r0);
+      for (int r = 0; r < MR; ++r) {
+        const int R = r0 + r;
+        probabilities_row<NV>(p[r], lse[R]);
+        for (int v = 0; v < NV; ++v) _mm512_storeu_ps(tl.probs + R * kKTile + 16 * v, p[r][v]);
+      }
+      if constexpr (kDkv)
+        for (int r = 0; r < MR; r += 2)
+          store_query_pairs<NV>(tl.p_pairs + (r0 + r) / 2 * kKTile, p[r],
+                                r + 1 < MR ? p[r + 1] : nullptr, t.nk);
+    }
+    // dP = dO V^T, then dS = P (dP - D) scale (zero past the visible keys).
+    __m512 ds[MR][NV];
+    product_block<MR, NV>(ds, g.hp2, dout_tile + r0 * g.hp2, g.hp2, pk.v_t + t.j0, g.ldt);
+    for (int r = 0; r < MR; ++r) {
+      const int R = r0 + r;
+      score_gradient_row<NV>(ds[r], tl.probs + R * kKTile, delta[R], t.scale, t.visible(R));
+      if constexpr (kDq) store_key_pairs<NV>(tl.rows + R * kRowWords, ds[r]);
+    }
+    if constexpr (kDkv)
+      for (int r = 0; r < MR; r += 2)
+        store_query_pairs<NV>(tl.ds_pairs + (r0 + r) / 2 * kKTile, ds[r],
+                              r + 1 < MR ? ds[r + 1] : nullptr, t.nk);
+    if constexpr (kDq)  // dQ += dS K
+      gemm_acc(MR, hd, key_pairs(t, NV), tl.rows + r0 * kRowWords, kRowWords,
+               pk.kv_vnni + static_cast<size_t>(t.j0 / 2) * hd, hd, tl.acc + r0 * hd, hd);
+  });
+  if constexpr (kDkv) {
+    // dV^T += dO^T P;  dK^T += Q^T dS   (the transposed accumulators take the pairs of
+    // queries as B, which the blocks wrote without a transpose).
+    const int nq2 = (t.nq + 1) / 2;
+    gemm_acc(hd, t.nk, nq2, pk.dout_vnni_t + t.i0 / 2, g.ldt2, tl.p_pairs, kKTile, pk.dv_t + t.j0,
+             g.ldt);
+    gemm_acc(hd, t.nk, nq2, pk.q_vnni_t + t.i0 / 2, g.ldt2, tl.ds_pairs, kKTile, pk.dk_t + t.j0,
+             g.ldt);
+  }
+}
+
+// One query head's backward over its query tiles from row i_lo up to i_hi, each against the
+// key tiles from j_lo up to j_hi that it sees (tile boundaries all). out_head, dq_head: the
+// head's first row of out (ldo apart) and of dq (ldq apart); lse: the head's log-sum-exp.
+// With dQ among the products the tiles' dq rows are overwritten.
+template <Grads G>
+void backward_head(Tiles& tl, const Geometry& g, const Packs& pk, float scale,
+                   const float* out_head, size_t ldo, const float* lse, float* dq_head, size_t ldq,
+                   int i_lo, int i_hi, int j_lo, int j_hi) {
+  constexpr bool kDq = G != Grads::kKeyValue;
+  const int hd = g.hd;
+  float delta[kQTile];
+  for (int i0 = i_lo; i0 < i_hi; i0 += kQTile) {
+    const int nq = std::min(kQTile, g.T - i0);
+    for (int r = 0; r < nq; ++r)
+      delta[r] = dot_bf16_row(pk.dout_rows + static_cast<size_t>(i0 + r) * g.hp2,
+                              out_head + (i0 + r) * ldo, hd);
+    if constexpr (kDq) std::fill(tl.acc, tl.acc + nq * hd, 0.0f);
+    for (int j0 = j_lo; j0 < std::min(j_hi, i0 + nq); j0 += kKTile) {
+      const TileStep t{i0, nq, j0, std::min(kKTile, i0 + nq - j0), scale};
+      backward_step<G>(tl, t, g, pk, delta, lse + i0);
+    }
+    if constexpr (kDq)
+      for (int r = 0; r < nq; ++r)
+        std::copy(tl.acc + r * hd, tl.acc + (r + 1) * hd, dq_head + (i0 + r) * ldq);
+  }
+}
+
+// First tile of run p when `tiles` tiles are cut into `runs` runs of consecutive tiles of
+// about equal work (work(t): what tile t costs); run p is [run_start(p), run_start(p + 1)).
+template <typename Work>
+int run_start(int p, int runs, int tiles, Work work) {
+  long total = 0;
+  for (int t = 0; t < tiles; ++t) total += work(t);
+  long done = 0;
+  int t = 0;
+  while (t < tiles && done * runs < total * p) done += work(t++);
+  return t;
+}
+
 // dq, dk, dv are overwritten, in the layout of q, k, v (dq with q_stride, dk and dv with
 // kv_stride); dout has out_stride.
 void backward_core(float* dq, float* dk, float* dv, const float* dout, const float* q,
@@ -528,89 +625,113 @@ void backward_core(float* dq, float* dk, float* dv, const float* dout, const flo
   const int T = L.T, hd = L.hd, group = L.group();
   const float scale = L.scale();
   const Geometry g = checked_geometry(L, threads);
+  // A task of the first schedule is a (sequence, kv head) pair: it owns its dk, dv rows, which
+  // sum over the group's query heads (in head order, then query tiles) in fp32 accumulators no
+  // other thread touches, and its heads' dq rows (summed over key tiles).
+  // Too few pairs to share out (one sequence with one kv head leaves a thread idle) take the
+  // second: key tasks, each a run of a kv head's key tiles, for dk and dv, then query tasks,
+  // each a run of a query head's query tiles, for dq. Both recompute P and dS (7 tile products
+  // instead of 5) and pack only the rows they read. Each sum keeps its order, so the bits are
+  // the first schedule's on any thread count.
+  const int team = omp_get_max_threads(), pairs = L.B * L.KVH, heads = L.B * L.NH;
+  const bool split = 7 * pairs < 5 * team * ((pairs + team - 1) / team);
+  const int k_tiles = (T + kKTile - 1) / kKTile, q_tiles = (T + kQTile - 1) / kQTile;
+  const int key_runs = team, query_runs = std::max(1, (2 * team + heads - 1) / heads);
+  // A key tile is seen by the queries from its first row on, a query tile sees the keys up to
+  // its last row.
+  auto key_work = [&](int t) { return T - t * kKTile; };
+  auto query_work = [&](int t) { return std::min(T, (t + 1) * kQTile); };
 #pragma omp parallel
   {
     const Packs pk(workspace + g.per_thread() * omp_get_thread_num(), g);
     Tiles tl;
-    float delta[kQTile];
-    // Each (sequence, kv head) task owns its dk, dv rows: they sum over the group's query
-    // heads in fp32 accumulators no other thread touches.
-#pragma omp for collapse(2) schedule(dynamic, 1)
-    for (int b = 0; b < L.B; ++b)
-      for (int kvh = 0; kvh < L.KVH; ++kvh) {
-        const size_t kv_off = L.row(b, 0) * L.kv_stride + static_cast<size_t>(kvh) * hd;
-        pack_pairs_transposed(pk.k_t, pk.tmp_rows, k + kv_off, L.kv_stride, g);
-        pack_pairs_transposed(pk.v_t, pk.tmp_rows, v + kv_off, L.kv_stride, g);
-        pack_vnni(pk.kv_vnni, hd, k + kv_off, L.kv_stride, T, hd);
-        std::fill(pk.dk_t, pk.dk_t + g.acc_t(), 0.0f);
-        std::fill(pk.dv_t, pk.dv_t + g.acc_t(), 0.0f);
-        for (int h = kvh * group; h < (kvh + 1) * group; ++h) {
-          const size_t q_off = L.row(b, 0) * L.q_stride + static_cast<size_t>(h) * hd;
-          const size_t o_off = L.row(b, 0) * L.out_stride + static_cast<size_t>(h) * hd;
-          const float* dobase = dout + o_off;
-          const float* obase = out + o_off;
-          const float* row_lse = lse + (static_cast<size_t>(b) * L.NH + h) * T;
-          pack_rows(pk.q_rows, q + q_off, L.q_stride, T, hd);
-          pack_vnni_transposed(pk.q_vnni_t, pk.tmp_vnni, q + q_off, L.q_stride, g);
-          pack_rows(pk.dout_rows, dobase, L.out_stride, T, hd);
-          pack_vnni_transposed(pk.dout_vnni_t, pk.tmp_vnni, dobase, L.out_stride, g);
-          for (int i0 = 0; i0 < T; i0 += kQTile) {
-            const int nq = std::min(kQTile, T - i0), nq2 = (nq + 1) / 2;
-            for (int r = 0; r < nq; ++r)
-              delta[r] = dot_bf16_row(pk.dout_rows + static_cast<size_t>(i0 + r) * g.hp2,
-                                      obase + (i0 + r) * L.out_stride, hd);
-            std::fill(tl.acc, tl.acc + nq * hd, 0.0f);
-            const uint32_t* q_tile = pk.q_rows + static_cast<size_t>(i0) * g.hp2;
-            const uint32_t* dout_tile = pk.dout_rows + static_cast<size_t>(i0) * g.hp2;
-            for (int j0 = 0; j0 < i0 + nq; j0 += kKTile) {
-              const TileStep t{i0, nq, j0, std::min(kKTile, i0 + nq - j0), scale};
-              const uint32_t* k_pairs = pk.kv_vnni + static_cast<size_t>(j0 / 2) * hd;
-              for_row_blocks(t, [&]<int MR, int NV>(int r0) {
-                {
-                  // P = exp(scale Q K^T - lse), masked; kept in fp32 for dS and as pairs of
-                  // queries for dV.
-                  __m512 p[MR][NV];
-                  masked_scores<MR, NV>(p, t, g, q_tile, pk.k_t, r0);
-                  for (int r = 0; r < MR; ++r) {
-                    const int R = r0 + r;
-                    probabilities_row<NV>(p[r], row_lse[i0 + R]);
-                    for (int v = 0; v < NV; ++v)
-                      _mm512_storeu_ps(tl.probs + R * kKTile + 16 * v, p[r][v]);
-                  }
-                  for (int r = 0; r < MR; r += 2)
-                    store_query_pairs<NV>(tl.p_pairs + (r0 + r) / 2 * kKTile, p[r],
-                                          r + 1 < MR ? p[r + 1] : nullptr, t.nk);
-                }
-                // dP = dO V^T, then dS = P (dP - D) scale (zero past the visible keys).
-                __m512 ds[MR][NV];
-                product_block<MR, NV>(ds, g.hp2, dout_tile + r0 * g.hp2, g.hp2, pk.v_t + j0, g.ldt);
-                for (int r = 0; r < MR; ++r) {
-                  const int R = r0 + r;
-                  score_gradient_row<NV>(ds[r], tl.probs + R * kKTile, delta[R], scale,
-                                         t.visible(R));
-                  store_key_pairs<NV>(tl.rows + R * kRowWords, ds[r]);
-                }
-                for (int r = 0; r < MR; r += 2)
-                  store_query_pairs<NV>(tl.ds_pairs + (r0 + r) / 2 * kKTile, ds[r],
-                                        r + 1 < MR ? ds[r + 1] : nullptr, t.nk);
-                // dQ += dS K
-                gemm_acc(MR, hd, key_pairs(t, NV), tl.rows + r0 * kRowWords, kRowWords, k_pairs, hd,
-                         tl.acc + r0 * hd, hd);
-              });
-              // dV^T += dO^T P;  dK^T += Q^T dS   (the transposed accumulators take the pairs
-              // of queries as B, which the blocks wrote without a transpose).
-              gemm_acc(hd, t.nk, nq2, pk.dout_vnni_t + i0 / 2, g.ldt2, tl.p_pairs, kKTile,
-                       pk.dv_t + j0, g.ldt);
-              gemm_acc(hd, t.nk, nq2, pk.q_vnni_t + i0 / 2, g.ldt2, tl.ds_pairs, kKTile,
-                       pk.dk_t + j0, g.ldt);
-            }
-            for (int r = 0; r < nq; ++r)
-              std::copy(tl.acc + r * hd, tl.acc + (r + 1) * hd, dq + q_off + (i0 + r) * L.q_stride);
-          }
-        }
-        transpose_head<float>(dk + kv_off, L.kv_stride, pk.dk_t, g.ldt, hd, T);
-        transpose_head<float>(dv + kv_off, L.kv_stride, pk.dv_t, g.ldt, hd, T);
+    auto kv_at = [&](int b, int kvh) {
+      return L.row(b, 0) * L.kv_stride + static_cast<size_t>(kvh) * hd;
+    };
+    auto q_at = [&](int b, int h) {
+      return L.row(b, 0) * L.q_stride + static_cast<size_t>(h) * hd;
+    };
+    auto out_at = [&](int b, int h) {
+      return L.row(b, 0) * L.out_stride + static_cast<size_t>(h) * hd;
+    };
+    auto head_lse = [&](int b, int h) { return lse + (static_cast<size_t>(b) * L.NH + h) * T; };
+    // Rows [r0, r1) of query head h's q and dout as the score products read them, and with
+    // for_dkv also as the A operands of dK and dV.
+    auto pack_query_head = [&](int b, int h, int r0, int r1, bool for_dkv) {
+      const float *qh = q + q_at(b, h), *oh = dout + out_at(b, h);
+      pack_rows(pk.q_rows + static_cast<size_t>(r0) * g.hp2,
+                qh + static_cast<size_t>(r0) * L.q_stride, L.q_stride, r1 - r0, hd);
+      pack_rows(pk.dout_rows + static_cast<size_t>(r0) * g.hp2,
+                oh + static_cast<size_t>(r0) * L.out_stride, L.out_stride, r1 - r0, hd);
+      if (for_dkv) {
+        pack_vnni_transposed(pk.q_vnni_t, pk.tmp_vnni, qh, L.q_stride, g, r0, r1);
+        pack_vnni_transposed(pk.dout_vnni_t, pk.tmp_vnni, oh, L.out_stride, g, r0, r1);
       }
+    };
+    // Keys and values [r0, r1) of kv head kvh as the score products read them.
+    auto pack_kv_head = [&](int b, int kvh, int r0, int r1) {
+      pack_pairs_transposed(pk.k_t, pk.tmp_rows, k + kv_at(b, kvh), L.kv_stride, g, r0, r1);
+      pack_pairs_transposed(pk.v_t, pk.tmp_rows, v + kv_at(b, kvh), L.kv_stride, g, r0, r1);
+    };
+    // dK^T and dV^T's columns [j0, j1) to their rows of dk and dv.
+    auto store_dkv = [&](int b, int kvh, int j0, int j1) {
+      const size_t at = kv_at(b, kvh) + static_cast<size_t>(j0) * L.kv_stride;
+      transpose_head<float>(dk + at, L.kv_stride, pk.dk_t + j0, g.ldt, hd, j1 - j0);
+      transpose_head<float>(dv + at, L.kv_stride, pk.dv_t + j0, g.ldt, hd, j1 - j0);
+    };
+    if (!split) {
+#pragma omp for collapse(2) schedule(dynamic, 1)
+      for (int b = 0; b < L.B; ++b)
+        for (int kvh = 0; kvh < L.KVH; ++kvh) {
+          pack_kv_head(b, kvh, 0, T);
+          pack_vnni(pk.kv_vnni, hd, k + kv_at(b, kvh), L.kv_stride, T, hd);
+          std::fill(pk.dk_t, pk.dk_t + g.acc_t(), 0.0f);
+          std::fill(pk.dv_t, pk.dv_t + g.acc_t(), 0.0f);
+          for (int h = kvh * group; h < (kvh + 1) * group; ++h) {
+            pack_query_head(b, h, 0, T, true);
+            backward_head<Grads::kAll>(tl, g, pk, scale, out + out_at(b, h), L.out_stride,
+                                       head_lse(b, h), dq + q_at(b, h), L.q_stride, 0, T, 0, T);
+          }
+          store_dkv(b, kvh, 0, T);
+        }
+    } else {
+#pragma omp for collapse(3) schedule(dynamic, 1) nowait
+      for (int b = 0; b < L.B; ++b)
+        for (int kvh = 0; kvh < L.KVH; ++kvh)
+          for (int run = 0; run < key_runs; ++run) {
+            const int j_lo = run_start(run, key_runs, k_tiles, key_work) * kKTile;
+            const int j_hi = std::min(T, run_start(run + 1, key_runs, k_tiles, key_work) * kKTile);
+            if (j_lo >= j_hi) continue;
+            pack_kv_head(b, kvh, j_lo, j_hi);
+            for (int d = 0; d < hd; ++d) {
+              std::fill(pk.dk_t + d * g.ldt + j_lo, pk.dk_t + d * g.ldt + j_hi, 0.0f);
+              std::fill(pk.dv_t + d * g.ldt + j_lo, pk.dv_t + d * g.ldt + j_hi, 0.0f);
+            }
+            // The queries that see these keys: from the first one on (j_lo starts a query tile).
+            for (int h = kvh * group; h < (kvh + 1) * group; ++h) {
+              pack_query_head(b, h, j_lo, T, true);
+              backward_head<Grads::kKeyValue>(tl, g, pk, scale, out + out_at(b, h), L.out_stride,
+                                              head_lse(b, h), nullptr, 0, j_lo, T, j_lo, j_hi);
+            }
+            store_dkv(b, kvh, j_lo, j_hi);
+          }
+#pragma omp for collapse(3) schedule(dynamic, 1)
+      for (int b = 0; b < L.B; ++b)
+        for (int h = 0; h < L.NH; ++h)
+          for (int run = 0; run < query_runs; ++run) {
+            const int i_lo = run_start(run, query_runs, q_tiles, query_work) * kQTile;
+            const int i_hi =
+                std::min(T, run_start(run + 1, query_runs, q_tiles, query_work) * kQTile);
+            if (i_lo >= i_hi) continue;
+            const int kvh = h / group;  // the keys these queries see: up to their last row
+            pack_kv_head(b, kvh, 0, i_hi);
+            pack_vnni(pk.kv_vnni, hd, k + kv_at(b, kvh), L.kv_stride, i_hi, hd);
+            pack_query_head(b, h, i_lo, i_hi, false);
+            backward_head<Grads::kQuery>(tl, g, pk, scale, out + out_at(b, h), L.out_stride,
+                                         head_lse(b, h), dq + q_at(b, h), L.q_stride, i_lo, i_hi, 0,
+                                         T);
+          }
+    }
   }
 }
 

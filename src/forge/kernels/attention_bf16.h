@@ -7,7 +7,10 @@
 // arithmetic of PyTorch's CPU autocast, which runs attention's matmuls in bf16.
 //
 // The same kernels serve gqa_attention.h's grouped-query attention (Llama): a task packs one
-// kv head once for its group of query heads and sums their dk, dv in fp32.
+// kv head once for its group of query heads and sums their dk, dv in fp32. With fewer
+// (sequence, kv head) pairs than keep the threads busy, forward's tasks are single query heads
+// and backward's runs of key tiles (dk, dv), then runs of query tiles (dq); the bits do not
+// depend on the thread count.
 //
 // Tiling as in attention.h's fp32 kernel (query tiles against key tiles, online softmax, p
 // recomputed in backward, no T x T matrix). Each thread packs the head it works on into
