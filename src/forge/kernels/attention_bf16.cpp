@@ -79,6 +79,8 @@ namespace simd = ::forge::kernels::simd::avx512;
 
 constexpr int kQTile = 32;  // queries per tile (even: pairs of queries never straddle tiles)
 constexpr int kKTile = 64;  // keys per tile (even, likewise)
+// Backward's key runs (backward_core) start their queries at their first key: a query tile.
+static_assert(kKTile % kQTile == 0, "a key tile must start a query tile");
 
 // A 4-byte word of a pack (pairs of bf16 written through other types): read by bytes.
 inline uint32_t word(const uint32_t* p) {
