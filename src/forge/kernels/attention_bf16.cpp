@@ -459,6 +459,46 @@ Geometry checked_geometry(const AttentionLayout& L, int threads) {
   return Geometry(L.T, L.hd);
 }
 
+// One query head's forward, its query rows packed in pk.q_rows, against its kv head's keys in
+// pk.k_t and values in v_vnni (pairs of positions): the output rows (ldo apart from out_head)
+// are overwritten, and lse gets each row's log-sum-exp.
+void forward_head(Tiles& tl, const Geometry& g, const Packs& pk, const uint32_t* v_vnni,
+                  float scale, float* out_head, size_t ldo, float* lse) {
+  const int T = g.T, hd = g.hd;
+  float row_max[kQTile], row_sum[kQTile];
+  for (int i0 = 0; i0 < T; i0 += kQTile) {
+    const int nq = std::min(kQTile, T - i0);
+    for (int r = 0; r < nq; ++r) {
+      row_max[r] = -std::numeric_limits<float>::infinity();
+      row_sum[r] = 0.0f;
+    }
+    std::fill(tl.acc, tl.acc + nq * hd, 0.0f);
+    const uint32_t* q_tile = pk.q_rows + static_cast<size_t>(i0) * g.hp2;
+    for (int j0 = 0; j0 < i0 + nq; j0 += kKTile) {
+      const TileStep t{i0, nq, j0, std::min(kKTile, i0 + nq - j0), scale};
+      const uint32_t* v_pairs = v_vnni + static_cast<size_t>(j0 / 2) * hd;
+      for_row_blocks(t, [&]<int MR, int NV>(int r0) {
+        __m512 s[MR][NV];
+        masked_scores<MR, NV>(s, t, g, q_tile, pk.k_t, r0);
+        for (int r = 0; r < MR; ++r) {
+          const int R = r0 + r;
+          online_softmax_row<NV>(s[r], row_max[R], row_sum[R], tl.acc + R * hd, hd);
+          store_key_pairs<NV>(tl.rows + R * kRowWords, s[r]);
+        }
+        // out += bf16(p) bf16(v): the unnormalised probabilities rounded, their sum not.
+        gemm_acc(MR, hd, key_pairs(t, NV), tl.rows + r0 * kRowWords, kRowWords, v_pairs, hd,
+                 tl.acc + r0 * hd, hd);
+      });
+    }
+    for (int r = 0; r < nq; ++r) {
+      float* o = out_head + (i0 + r) * ldo;
+      const float inv = 1.0f / row_sum[r];
+      for (int d = 0; d < hd; ++d) o[d] = tl.acc[r * hd + d] * inv;
+      lse[i0 + r] = row_max[r] + std::log(row_sum[r]);
+    }
+  }
+}
+
 void forward_core(float* out, float* lse, const float* q, const float* k, const float* v,
                   const AttentionLayout& L, float* workspace, int threads) {
   const int T = L.T, hd = L.hd, group = L.group();
@@ -469,7 +509,6 @@ void forward_core(float* out, float* lse, const float* q, const float* k, const 
   {
     const Packs pk(workspace + g.per_thread() * omp_get_thread_num(), g);
     Tiles tl;
-    float row_max[kQTile], row_sum[kQTile];
     // Tasks are (sequence, kv head) where there are at least 4 per thread: its keys and
     // values are packed once for the group. Fewer (one sequence with one kv head would run on
     // one thread) make a task one query head, which packs its kv head's keys and values
@@ -484,40 +523,11 @@ void forward_core(float* out, float* lse, const float* q, const float* k, const 
           pack_vnni(v_vnni, hd, v + kv_off, L.kv_stride, T, hd);
           const int h0 = kvh * group + part * (group / parts);
           for (int h = h0; h < h0 + group / parts; ++h) {
-            const size_t head = static_cast<size_t>(b) * L.NH + h;
             pack_rows(pk.q_rows, q + L.row(b, 0) * L.q_stride + static_cast<size_t>(h) * hd,
                       L.q_stride, T, hd);
-            for (int i0 = 0; i0 < T; i0 += kQTile) {
-              const int nq = std::min(kQTile, T - i0);
-              for (int r = 0; r < nq; ++r) {
-                row_max[r] = -std::numeric_limits<float>::infinity();
-                row_sum[r] = 0.0f;
-              }
-              std::fill(tl.acc, tl.acc + nq * hd, 0.0f);
-              const uint32_t* q_tile = pk.q_rows + static_cast<size_t>(i0) * g.hp2;
-              for (int j0 = 0; j0 < i0 + nq; j0 += kKTile) {
-                const TileStep t{i0, nq, j0, std::min(kKTile, i0 + nq - j0), scale};
-                const uint32_t* v_pairs = v_vnni + static_cast<size_t>(j0 / 2) * hd;
-                for_row_blocks(t, [&]<int MR, int NV>(int r0) {
-                  __m512 s[MR][NV];
-                  masked_scores<MR, NV>(s, t, g, q_tile, pk.k_t, r0);
-                  for (int r = 0; r < MR; ++r) {
-                    const int R = r0 + r;
-                    online_softmax_row<NV>(s[r], row_max[R], row_sum[R], tl.acc + R * hd, hd);
-                    store_key_pairs<NV>(tl.rows + R * kRowWords, s[r]);
-                  }
-                  // out += bf16(p) bf16(v): the unnormalised probabilities rounded, their sum not.
-                  gemm_acc(MR, hd, key_pairs(t, NV), tl.rows + r0 * kRowWords, kRowWords, v_pairs,
-                           hd, tl.acc + r0 * hd, hd);
-                });
-              }
-              for (int r = 0; r < nq; ++r) {
-                float* o = out + L.row(b, i0 + r) * L.out_stride + static_cast<size_t>(h) * hd;
-                const float inv = 1.0f / row_sum[r];
-                for (int d = 0; d < hd; ++d) o[d] = tl.acc[r * hd + d] * inv;
-                lse[head * T + i0 + r] = row_max[r] + std::log(row_sum[r]);
-              }
-            }
+            forward_head(tl, g, pk, v_vnni, scale,
+                         out + L.row(b, 0) * L.out_stride + static_cast<size_t>(h) * hd,
+                         L.out_stride, lse + (static_cast<size_t>(b) * L.NH + h) * T);
           }
         }
   }
