@@ -79,8 +79,25 @@ struct AttentionLayout {
   int B, T, NH, KVH, hd;
   size_t q_stride, kv_stride, out_stride;
   size_t row(int b, int t) const { return static_cast<size_t>(b) * T + t; }
+  // Where the first row of a head starts: query head h of sequence b in q and dq, in out and
+  // dout; kv head g in k, v, dk and dv.
+  size_t q_at(int b, int h) const { return row(b, 0) * q_stride + static_cast<size_t>(h) * hd; }
+  size_t out_at(int b, int h) const { return row(b, 0) * out_stride + static_cast<size_t>(h) * hd; }
+  size_t kv_at(int b, int g) const { return row(b, 0) * kv_stride + static_cast<size_t>(g) * hd; }
   int group() const { return NH / KVH; }  // query heads per kv head
   float scale() const { return 1.0f / std::sqrt(static_cast<float>(hd)); }
+  // Whether forward's tasks can be whole (sequence, kv head) pairs: at least 4 per thread, so
+  // that they share out evenly; fewer take smaller tasks (fp32: query tiles, bf16: query
+  // heads). The fp32 and bf16 kernels both take this rule.
+  bool forward_whole_pairs(int threads) const { return B * KVH >= 4 * threads; }
+  // Whether backward splits its (sequence, kv head) pairs into tasks over key tiles (dk, dv)
+  // and over query tiles (dq), which recompute P and dS (7 tile products per block instead of
+  // 5): where whole pairs would leave threads idle for longer than that costs (on two threads,
+  // one pair; not two or three). The fp32 and bf16 kernels both take this rule.
+  bool split_backward(int threads) const {
+    const int pairs = B * KVH;
+    return 7 * pairs < 5 * threads * ((pairs + threads - 1) / threads);
+  }
 
   // The two constructors check the head counts, so that every fused kernel, fp32 or bf16,
   // refuses a shape its head arithmetic would misread.

@@ -504,7 +504,7 @@ void forward_core(float* out, float* lse, const float* q, const float* k, const 
   const int T = L.T, hd = L.hd, group = L.group();
   const float scale = L.scale();
   const Geometry g = checked_geometry(L, threads);
-  const int parts = L.B * L.KVH >= 4 * omp_get_max_threads() ? 1 : group;  // of a kv head's heads
+  const int parts = L.forward_whole_pairs(omp_get_max_threads()) ? 1 : group;  // of its heads
 #pragma omp parallel
   {
     const Packs pk(workspace + g.per_thread() * omp_get_thread_num(), g);
@@ -517,17 +517,14 @@ void forward_core(float* out, float* lse, const float* q, const float* k, const 
     for (int b = 0; b < L.B; ++b)
       for (int kvh = 0; kvh < L.KVH; ++kvh)
         for (int part = 0; part < parts; ++part) {
-          const size_t kv_off = L.row(b, 0) * L.kv_stride + static_cast<size_t>(kvh) * hd;
-          pack_pairs_transposed(pk.k_t, pk.tmp_rows, k + kv_off, L.kv_stride, g, 0, T);
+          pack_pairs_transposed(pk.k_t, pk.tmp_rows, k + L.kv_at(b, kvh), L.kv_stride, g, 0, T);
           uint32_t* v_vnni = pk.kv_vnni;  // forward keeps v's pairs here
-          pack_vnni(v_vnni, hd, v + kv_off, L.kv_stride, T, hd);
+          pack_vnni(v_vnni, hd, v + L.kv_at(b, kvh), L.kv_stride, T, hd);
           const int h0 = kvh * group + part * (group / parts);
           for (int h = h0; h < h0 + group / parts; ++h) {
-            pack_rows(pk.q_rows, q + L.row(b, 0) * L.q_stride + static_cast<size_t>(h) * hd,
-                      L.q_stride, T, hd);
-            forward_head(tl, g, pk, v_vnni, scale,
-                         out + L.row(b, 0) * L.out_stride + static_cast<size_t>(h) * hd,
-                         L.out_stride, lse + (static_cast<size_t>(b) * L.NH + h) * T);
+            pack_rows(pk.q_rows, q + L.q_at(b, h), L.q_stride, T, hd);
+            forward_head(tl, g, pk, v_vnni, scale, out + L.out_at(b, h), L.out_stride,
+                         lse + (static_cast<size_t>(b) * L.NH + h) * T);
           }
         }
   }
@@ -645,8 +642,8 @@ void backward_core(float* dq, float* dk, float* dv, const float* dout, const flo
   // each a run of a query head's query tiles, for dq. Both recompute P and dS (7 tile products
   // instead of 5) and pack only the rows they read. Each sum keeps its order, so the bits are
   // the first schedule's on any thread count.
-  const int team = omp_get_max_threads(), pairs = L.B * L.KVH, heads = L.B * L.NH;
-  const bool split = 7 * pairs < 5 * team * ((pairs + team - 1) / team);
+  const int team = omp_get_max_threads(), heads = L.B * L.NH;
+  const bool split = L.split_backward(team);
   const int k_tiles = (T + kKTile - 1) / kKTile, q_tiles = (T + kQTile - 1) / kQTile;
   const int key_runs = team, query_runs = std::max(1, (2 * team + heads - 1) / heads);
   // A key tile is seen by the queries from its first row on, a query tile sees the keys up to
@@ -657,20 +654,11 @@ void backward_core(float* dq, float* dk, float* dv, const float* dout, const flo
   {
     const Packs pk(workspace + g.per_thread() * omp_get_thread_num(), g);
     Tiles tl;
-    auto kv_at = [&](int b, int kvh) {
-      return L.row(b, 0) * L.kv_stride + static_cast<size_t>(kvh) * hd;
-    };
-    auto q_at = [&](int b, int h) {
-      return L.row(b, 0) * L.q_stride + static_cast<size_t>(h) * hd;
-    };
-    auto out_at = [&](int b, int h) {
-      return L.row(b, 0) * L.out_stride + static_cast<size_t>(h) * hd;
-    };
     auto head_lse = [&](int b, int h) { return lse + (static_cast<size_t>(b) * L.NH + h) * T; };
     // Rows [r0, r1) of query head h's q and dout as the score products read them, and with
     // for_dkv also as the A operands of dK and dV.
     auto pack_query_head = [&](int b, int h, int r0, int r1, bool for_dkv) {
-      const float *qh = q + q_at(b, h), *oh = dout + out_at(b, h);
+      const float *qh = q + L.q_at(b, h), *oh = dout + L.out_at(b, h);
       pack_rows(pk.q_rows + static_cast<size_t>(r0) * g.hp2,
                 qh + static_cast<size_t>(r0) * L.q_stride, L.q_stride, r1 - r0, hd);
       pack_rows(pk.dout_rows + static_cast<size_t>(r0) * g.hp2,
@@ -682,12 +670,12 @@ void backward_core(float* dq, float* dk, float* dv, const float* dout, const flo
     };
     // Keys and values [r0, r1) of kv head kvh as the score products read them.
     auto pack_kv_head = [&](int b, int kvh, int r0, int r1) {
-      pack_pairs_transposed(pk.k_t, pk.tmp_rows, k + kv_at(b, kvh), L.kv_stride, g, r0, r1);
-      pack_pairs_transposed(pk.v_t, pk.tmp_rows, v + kv_at(b, kvh), L.kv_stride, g, r0, r1);
+      pack_pairs_transposed(pk.k_t, pk.tmp_rows, k + L.kv_at(b, kvh), L.kv_stride, g, r0, r1);
+      pack_pairs_transposed(pk.v_t, pk.tmp_rows, v + L.kv_at(b, kvh), L.kv_stride, g, r0, r1);
     };
     // dK^T and dV^T's columns [j0, j1) to their rows of dk and dv.
     auto store_dkv = [&](int b, int kvh, int j0, int j1) {
-      const size_t at = kv_at(b, kvh) + static_cast<size_t>(j0) * L.kv_stride;
+      const size_t at = L.kv_at(b, kvh) + static_cast<size_t>(j0) * L.kv_stride;
       transpose_head<float>(dk + at, L.kv_stride, pk.dk_t + j0, g.ldt, hd, j1 - j0);
       transpose_head<float>(dv + at, L.kv_stride, pk.dv_t + j0, g.ldt, hd, j1 - j0);
     };
@@ -696,13 +684,13 @@ void backward_core(float* dq, float* dk, float* dv, const float* dout, const flo
       for (int b = 0; b < L.B; ++b)
         for (int kvh = 0; kvh < L.KVH; ++kvh) {
           pack_kv_head(b, kvh, 0, T);
-          pack_vnni(pk.kv_vnni, hd, k + kv_at(b, kvh), L.kv_stride, T, hd);
+          pack_vnni(pk.kv_vnni, hd, k + L.kv_at(b, kvh), L.kv_stride, T, hd);
           std::fill(pk.dk_t, pk.dk_t + g.acc_t(), 0.0f);
           std::fill(pk.dv_t, pk.dv_t + g.acc_t(), 0.0f);
           for (int h = kvh * group; h < (kvh + 1) * group; ++h) {
             pack_query_head(b, h, 0, T, true);
-            backward_head<Grads::kAll>(tl, g, pk, scale, out + out_at(b, h), L.out_stride,
-                                       head_lse(b, h), dq + q_at(b, h), L.q_stride, 0, T, 0, T);
+            backward_head<Grads::kAll>(tl, g, pk, scale, out + L.out_at(b, h), L.out_stride,
+                                       head_lse(b, h), dq + L.q_at(b, h), L.q_stride, 0, T, 0, T);
           }
           store_dkv(b, kvh, 0, T);
         }
@@ -722,7 +710,7 @@ void backward_core(float* dq, float* dk, float* dv, const float* dout, const flo
             // The queries that see these keys: from the first one on (j_lo starts a query tile).
             for (int h = kvh * group; h < (kvh + 1) * group; ++h) {
               pack_query_head(b, h, j_lo, T, true);
-              backward_head<Grads::kKeyValue>(tl, g, pk, scale, out + out_at(b, h), L.out_stride,
+              backward_head<Grads::kKeyValue>(tl, g, pk, scale, out + L.out_at(b, h), L.out_stride,
                                               head_lse(b, h), nullptr, 0, j_lo, T, j_lo, j_hi);
             }
             store_dkv(b, kvh, j_lo, j_hi);
@@ -737,11 +725,11 @@ void backward_core(float* dq, float* dk, float* dv, const float* dout, const flo
             if (i_lo >= i_hi) continue;
             const int kvh = h / group;  // the keys these queries see: up to their last row
             pack_kv_head(b, kvh, 0, i_hi);
-            pack_vnni(pk.kv_vnni, hd, k + kv_at(b, kvh), L.kv_stride, i_hi, hd);
+            pack_vnni(pk.kv_vnni, hd, k + L.kv_at(b, kvh), L.kv_stride, i_hi, hd);
             pack_query_head(b, h, i_lo, i_hi, false);
-            backward_head<Grads::kQuery>(tl, g, pk, scale, out + out_at(b, h), L.out_stride,
-                                         head_lse(b, h), dq + q_at(b, h), L.q_stride, i_lo, i_hi, 0,
-                                         T);
+            backward_head<Grads::kQuery>(tl, g, pk, scale, out + L.out_at(b, h), L.out_stride,
+                                         head_lse(b, h), dq + L.q_at(b, h), L.q_stride, i_lo, i_hi,
+                                         0, T);
           }
     }
   }
