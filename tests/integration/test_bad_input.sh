@@ -14,6 +14,9 @@ make_config mistyped.json good.json train.steps='"ten"'
 expect_error "mistyped field" "mistyped\.json.*train\.steps" "$FORGE" train --config mistyped.json
 make_config range.json good.json model.n_head=5
 expect_error "inconsistent dims" "range\.json.*n_head" "$FORGE" train --config range.json
+expect_error "bad FORGE_FLUSH_SUBNORMALS" "FORGE_FLUSH_SUBNORMALS: expected 0 or 1, got 'yes'" \
+  env FORGE_FLUSH_SUBNORMALS=yes "$FORGE" train --config good.json
+[ ! -e run ] || fail "bad FORGE_FLUSH_SUBNORMALS: the run folder was written"
 
 # The llama family's own rules, each refused before any training starts.
 make_config llama.json "$SRC/configs/llama-tiny.json" train.steps=2 train.eval_interval=0 \

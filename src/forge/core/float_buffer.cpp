@@ -6,6 +6,7 @@
 #include <cstring>
 #include <utility>
 
+#include "forge/core/env.h"
 #include "forge/core/error.h"
 
 namespace forge {
@@ -15,12 +16,7 @@ namespace {
 constexpr size_t kHugePage = size_t{2} << 20;
 
 bool huge_pages_wanted() {
-  static const bool wanted = [] {
-    const char* v = std::getenv("FORGE_HUGE_PAGES");
-    if (!v || !*v || std::strcmp(v, "1") == 0) return true;
-    if (std::strcmp(v, "0") == 0) return false;
-    fail("environment FORGE_HUGE_PAGES: expected 0 or 1, got '{}'", v);
-  }();
+  static const bool wanted = env_switch("FORGE_HUGE_PAGES", true);
   return wanted;
 }
 

@@ -5,6 +5,12 @@
 
 #include <initializer_list>
 
+#if defined(__x86_64__) || defined(__i386__)
+#include <xmmintrin.h>
+#endif
+
+#include "forge/core/env.h"
+
 namespace forge {
 
 namespace {
@@ -29,5 +35,25 @@ int set_thread_count(int n) {
 }
 
 int thread_count() { return omp_get_max_threads(); }
+
+void set_subnormals_flushed(bool flush) {
+#if defined(__x86_64__) || defined(__i386__)
+  auto apply = [flush] {
+    constexpr unsigned kFtzDaz = (1u << 15) | (1u << 6);  // MXCSR's FTZ and DAZ bits
+    const unsigned csr = _mm_getcsr();
+    _mm_setcsr(flush ? (csr | kFtzDaz) : (csr & ~kFtzDaz));
+  };
+  apply();
+#pragma omp parallel
+  apply();
+#else
+  (void)flush;
+#endif
+}
+
+bool subnormal_flush_requested() {
+  static const bool requested = env_switch("FORGE_FLUSH_SUBNORMALS", true);
+  return requested;
+}
 
 }  // namespace forge

@@ -51,6 +51,8 @@ class Bf16Numerics final : public Numerics {
                        fast_->arithmetic(), bf16_attention_ ? "bf16" : "fp32");
   }
 
+  bool flushes_subnormals() const override { return fast_->flushes_subnormals(); }
+
   void plan(const StepShape& s) override {
     StepShape fast_shape = s;
     fast_shape.linear_shapes.clear();  // the linear layers are this profile's own

@@ -6,6 +6,7 @@
 
 #include "forge/core/error.h"
 #include "forge/core/float_buffer.h"
+#include "forge/core/threads.h"
 #include "forge/kernels/adamw.h"
 #include "forge/kernels/attention.h"
 #include "forge/kernels/cpu/dispatch.h"
@@ -29,9 +30,12 @@ class FastNumerics final : public Numerics {
  public:
   std::string name() const override { return "fast"; }
   std::string arithmetic() const override {
-    return fmt::format("{} kernels, {} GEMMs", k::isa_name(k::active_isa()),
-                       k::gemm_backend_available(k::GemmBackend::kOneDNN) ? "oneDNN" : "OpenBLAS");
+    return fmt::format(
+        "{} kernels, {} GEMMs, subnormals {}", k::isa_name(k::active_isa()),
+        k::gemm_backend_available(k::GemmBackend::kOneDNN) ? "oneDNN" : "OpenBLAS",
+        flushes_subnormals() ? "flushed to zero" : "kept (FORGE_FLUSH_SUBNORMALS=0)");
   }
+  bool flushes_subnormals() const override { return subnormal_flush_requested(); }
 
   void plan(const StepShape& shape) override {
     const int hd = shape.head_dim > 0 ? shape.head_dim : (shape.NH > 0 ? shape.C / shape.NH : 0);

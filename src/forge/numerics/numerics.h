@@ -65,6 +65,9 @@ class Numerics {
   // GEMM library, whether bf16 is multiplied natively): the same profile computes with
   // different instructions, and so at a different speed, on different machines.
   virtual std::string arithmetic() const = 0;
+  // Whether the run flushes subnormal floats to zero (set_subnormals_flushed, core/threads.h):
+  // only where the profile promises no bit-for-bit equality with PyTorch, which keeps them.
+  virtual bool flushes_subnormals() const { return false; }
   // Called once at start-up with the largest shapes the run will use.
   virtual void plan(const StepShape& shape) { (void)shape; }
 

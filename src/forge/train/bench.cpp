@@ -5,6 +5,7 @@
 #include <chrono>
 
 #include "forge/core/rng.h"
+#include "forge/core/threads.h"
 #include "forge/model/model.h"
 #include "forge/numerics/timed.h"
 
@@ -20,6 +21,7 @@ EngineTiming time_engine_steps(const Config& cfg, const std::string& profile, in
                                bool breakdown) {
   const int B = cfg.train.batch_size, T = cfg.train.seq_len;
   std::unique_ptr<Numerics> nx = make_numerics(profile);
+  set_subnormals_flushed(nx->flushes_subnormals());
   TimedNumerics* timer = breakdown ? TimedNumerics::wrap(nx) : nullptr;
   auto model = make_model(cfg.model, B, T, *nx);
   model->init_weights(cfg.train.seed);

@@ -4,6 +4,7 @@
 #include <nlohmann/json.hpp>
 
 #include "forge/core/error.h"
+#include "forge/core/threads.h"
 #include "forge/io/atomic_file.h"
 #include "forge/io/hf_config.h"
 #include "forge/train/checkpoint.h"
@@ -42,6 +43,7 @@ LoadedModel load_trained_model(const std::string& path, const std::string& confi
   if (T <= 0) T = lm.config.train.seq_len;
   T = std::min(T, lm.config.model.block_size);
   lm.numerics = make_numerics(numerics);
+  set_subnormals_flushed(lm.numerics->flushes_subnormals());
   lm.model = make_model(lm.config.model, B, T, *lm.numerics);
   load_params(model_file_of(checkpoint), lm.model->layout(), lm.model->params());
   return lm;

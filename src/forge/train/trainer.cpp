@@ -111,6 +111,7 @@ TrainResult run_training(const TrainOptions& opt) {
          cfg.model.vocab_size, cfg.data.train, train_data.shard().vocab_size());
 
   auto numerics = make_numerics(cfg.numerics);
+  set_subnormals_flushed(numerics->flushes_subnormals());
   auto model = make_model(cfg.model, B, T, *numerics);
   const ParamLayout& layout = model->layout();
   const size_t P = layout.total_floats();

@@ -401,7 +401,7 @@ int run_verify(const VerifyOptions& o) {
   // oneDNN's: inherited by every child anyway; named here so that commands.sh replays them.
   std::string kernel_env;
   for (const char* name : {"FORGE_CPU_ISA", "FORGE_BF16_NATIVE", "FORGE_HUGE_PAGES",
-                           "DNNL_MAX_CPU_ISA", "ONEDNN_MAX_CPU_ISA"})
+                           "FORGE_FLUSH_SUBNORMALS", "DNNL_MAX_CPU_ISA", "ONEDNN_MAX_CPU_ISA"})
     if (const char* v = std::getenv(name); v && *v) {
       r.env[name] = v;
       kernel_env += fmt::format("{}{}={}", kernel_env.empty() ? "" : ", ", name, v);

@@ -1,0 +1,20 @@
+// Environment switches that are on or off (FORGE_HUGE_PAGES, FORGE_FLUSH_SUBNORMALS): "1" on,
+// "0" off, unset or empty the default; anything else is refused, not guessed at.
+#pragma once
+
+#include <cstdlib>
+#include <cstring>
+
+#include "forge/core/error.h"
+
+namespace forge {
+
+inline bool env_switch(const char* name, bool unset) {
+  const char* v = std::getenv(name);
+  if (!v || !*v) return unset;
+  if (std::strcmp(v, "1") == 0) return true;
+  if (std::strcmp(v, "0") == 0) return false;
+  fail("environment {}: expected 0 or 1, got '{}'", name, v);
+}
+
+}  // namespace forge
