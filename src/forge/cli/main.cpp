@@ -7,8 +7,8 @@
 #include <nlohmann/json.hpp>
 
 #include "forge/cli/commands.h"
+#include "forge/core/env.h"
 #include "forge/core/error.h"
-#include "forge/core/threads.h"
 
 int main(int argc, char** argv) {
   CLI::App app{
@@ -23,8 +23,7 @@ int main(int argc, char** argv) {
   forge::cli::register_bench(app);
   forge::cli::register_tokenize(app);
   try {
-    // An environment switch read lazily could fail after a command made its output folder.
-    forge::subnormal_flush_requested();
+    forge::read_environment_switches();
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {
     return app.exit(e);

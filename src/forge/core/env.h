@@ -17,4 +17,8 @@ inline bool env_switch(const char* name, bool unset) {
   fail("environment {}: expected 0 or 1, got '{}'", name, v);
 }
 
+// Reads every on/off switch once, at start-up: read lazily, a bad value would fail only
+// after a command had made its output folder.
+void read_environment_switches();
+
 }  // namespace forge

@@ -15,12 +15,12 @@ namespace {
 
 constexpr size_t kHugePage = size_t{2} << 20;
 
-bool huge_pages_wanted() {
-  static const bool wanted = env_switch("FORGE_HUGE_PAGES", true);
-  return wanted;
-}
-
 }  // namespace
+
+bool huge_pages_requested() {
+  static const bool requested = env_switch("FORGE_HUGE_PAGES", true);
+  return requested;
+}
 
 FloatBuffer::~FloatBuffer() { std::free(ptr_); }
 
@@ -42,7 +42,7 @@ void FloatBuffer::resize(size_t n) {
   n_ = n;
   if (n == 0) return;
   size_t bytes = (n * sizeof(float) + 63) / 64 * 64;
-  const bool huge = bytes >= kHugePage && huge_pages_wanted();
+  const bool huge = bytes >= kHugePage && huge_pages_requested();
   if (huge) bytes = (bytes + kHugePage - 1) / kHugePage * kHugePage;
   ptr_ = static_cast<float*>(std::aligned_alloc(huge ? kHugePage : 64, bytes));
   if (!ptr_) fail("out of memory: cannot allocate {} MiB", bytes >> 20);

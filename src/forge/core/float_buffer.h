@@ -30,4 +30,8 @@ class FloatBuffer {
   size_t n_ = 0;
 };
 
+// Whether FloatBuffers go on huge pages: FORGE_HUGE_PAGES=0 keeps them off, 1 or unset on;
+// anything else fails (core/env.h).
+bool huge_pages_requested();
+
 }  // namespace forge

@@ -84,6 +84,8 @@ struct AttentionLayout {
   size_t q_at(int b, int h) const { return row(b, 0) * q_stride + static_cast<size_t>(h) * hd; }
   size_t out_at(int b, int h) const { return row(b, 0) * out_stride + static_cast<size_t>(h) * hd; }
   size_t kv_at(int b, int g) const { return row(b, 0) * kv_stride + static_cast<size_t>(g) * hd; }
+  // Where query head h of sequence b keeps its T log-sum-exps in the saved lse rows.
+  size_t lse_at(int b, int h) const { return (static_cast<size_t>(b) * NH + h) * T; }
   int group() const { return NH / KVH; }  // query heads per kv head
   float scale() const { return 1.0f / std::sqrt(static_cast<float>(hd)); }
   // Whether forward's tasks can be whole (sequence, kv head) pairs: at least 4 per thread, so

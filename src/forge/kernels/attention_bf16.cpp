@@ -524,7 +524,7 @@ void forward_core(float* out, float* lse, const float* q, const float* k, const 
           for (int h = h0; h < h0 + group / parts; ++h) {
             pack_rows(pk.q_rows, q + L.q_at(b, h), L.q_stride, T, hd);
             forward_head(tl, g, pk, v_vnni, scale, out + L.out_at(b, h), L.out_stride,
-                         lse + (static_cast<size_t>(b) * L.NH + h) * T);
+                         lse + L.lse_at(b, h));
           }
         }
   }
@@ -654,7 +654,6 @@ void backward_core(float* dq, float* dk, float* dv, const float* dout, const flo
   {
     const Packs pk(workspace + g.per_thread() * omp_get_thread_num(), g);
     Tiles tl;
-    auto head_lse = [&](int b, int h) { return lse + (static_cast<size_t>(b) * L.NH + h) * T; };
     // Rows [r0, r1) of query head h's q and dout as the score products read them, and with
     // for_dkv also as the A operands of dK and dV.
     auto pack_query_head = [&](int b, int h, int r0, int r1, bool for_dkv) {
@@ -690,7 +689,8 @@ void backward_core(float* dq, float* dk, float* dv, const float* dout, const flo
           for (int h = kvh * group; h < (kvh + 1) * group; ++h) {
             pack_query_head(b, h, 0, T, true);
             backward_head<Grads::kAll>(tl, g, pk, scale, out + L.out_at(b, h), L.out_stride,
-                                       head_lse(b, h), dq + L.q_at(b, h), L.q_stride, 0, T, 0, T);
+                                       lse + L.lse_at(b, h), dq + L.q_at(b, h), L.q_stride, 0, T, 0,
+                                       T);
           }
           store_dkv(b, kvh, 0, T);
         }
@@ -711,7 +711,8 @@ void backward_core(float* dq, float* dk, float* dv, const float* dout, const flo
             for (int h = kvh * group; h < (kvh + 1) * group; ++h) {
               pack_query_head(b, h, j_lo, T, true);
               backward_head<Grads::kKeyValue>(tl, g, pk, scale, out + L.out_at(b, h), L.out_stride,
-                                              head_lse(b, h), nullptr, 0, j_lo, T, j_lo, j_hi);
+                                              lse + L.lse_at(b, h), nullptr, 0, j_lo, T, j_lo,
+                                              j_hi);
             }
             store_dkv(b, kvh, j_lo, j_hi);
           }
@@ -728,8 +729,8 @@ void backward_core(float* dq, float* dk, float* dv, const float* dout, const flo
             pack_vnni(pk.kv_vnni, hd, k + L.kv_at(b, kvh), L.kv_stride, i_hi, hd);
             pack_query_head(b, h, i_lo, i_hi, false);
             backward_head<Grads::kQuery>(tl, g, pk, scale, out + L.out_at(b, h), L.out_stride,
-                                         head_lse(b, h), dq + L.q_at(b, h), L.q_stride, i_lo, i_hi,
-                                         0, T);
+                                         lse + L.lse_at(b, h), dq + L.q_at(b, h), L.q_stride, i_lo,
+                                         i_hi, 0, T);
           }
     }
   }
