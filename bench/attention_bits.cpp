@@ -1,5 +1,7 @@
 // Writes the fused fp32 attention kernels' outputs (forward and backward, GPT-2's and
-// grouped-query), and the bf16 grouped-query kernels' where the CPU has avx512_bf16, on fixed
+// grouped-query), and the bf16 grouped-query kernels' where the CPU has avx512_bf16 (on
+// VDPBF16PS, then on AMX tiles where it has those: last, so that a file of a build before AMX is
+// a prefix of this one's), on fixed
 // pseudo-random inputs of awkward shapes to one binary file, so that two builds can be compared
 // byte for byte: a change meant to keep the same arithmetic (a new loop order, a product that
 // overwrites instead of accumulating onto zeros) must leave `cmp` silent.
@@ -79,7 +81,11 @@ int main(int argc, char** argv) {
   }
   // The bf16 kernels (where the CPU has avx512_bf16), on the grouped-query shapes, with a
   // workspace for the team the run has.
-  if (cpu::attention_bf16_available())
+  std::vector<cpu::Bf16Products> bf16_products;
+  if (cpu::attention_bf16_available()) bf16_products.push_back(cpu::Bf16Products::kDotProducts);
+  if (cpu::attention_bf16_available() && cpu::amx_tiles_available())
+    bf16_products.push_back(cpu::Bf16Products::kAmxTiles);
+  for (cpu::Bf16Products products : bf16_products)
     for (unsigned i = 0; i < std::size(gqa); ++i) {
       const GqaShape& s = gqa[i];
       const size_t rows = size_t(s.B) * s.T, qn = rows * s.NH * s.hd, kn = rows * s.KVH * s.hd;
@@ -91,10 +97,10 @@ int main(int argc, char** argv) {
           saved(cpu::attention_bf16_saved_floats(s.B, s.T, s.NH)),
           workspace(cpu::attention_bf16_workspace_floats(s.T, s.hd, threads));
       cpu::gqa_attention_forward_bf16(out.data(), saved.data(), q.data(), k.data(), v.data(), s,
-                                      workspace.data(), threads);
+                                      workspace.data(), threads, products);
       cpu::gqa_attention_backward_bf16(dq.data(), dk.data(), dv.data(), dout.data(), q.data(),
                                        k.data(), v.data(), out.data(), saved.data(), s,
-                                       workspace.data(), threads);
+                                       workspace.data(), threads, products);
       put(out);
       put(dq);
       put(dk);

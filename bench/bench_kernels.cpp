@@ -289,12 +289,24 @@ void BM_AttentionFused(benchmark::State& state, AttentionShape a, bool backward)
                          benchmark::Counter::kIsRate, benchmark::Counter::kIs1000);
 }
 
-// The bf16 kernels (the `bf16` profile's GPT-2 attention), same counters.
-void BM_AttentionBf16(benchmark::State& state, AttentionShape a, bool backward) {
+// Whether this CPU runs the bf16 attention with these products; says why not to the state.
+bool bf16_attention_runs(benchmark::State& state, cpu::Bf16Products products) {
   if (!cpu::attention_bf16_available()) {
     state.SkipWithError("no avx512_bf16 on this CPU");
-    return;
+    return false;
   }
+  if (products == cpu::Bf16Products::kAmxTiles && !cpu::amx_tiles_available()) {
+    state.SkipWithError("no usable AMX tiles on this CPU");
+    return false;
+  }
+  return true;
+}
+
+// The bf16 kernels (the `bf16` profile's GPT-2 attention), on VDPBF16PS or AMX tiles, same
+// counters.
+void BM_AttentionBf16(benchmark::State& state, AttentionShape a, bool backward,
+                      cpu::Bf16Products products) {
+  if (!bf16_attention_runs(state, products)) return;
   const size_t rows = size_t(a.B) * a.T;
   const int threads = omp_get_max_threads();
   auto qkv = random_floats(rows * 3 * a.C, 5);
@@ -302,14 +314,14 @@ void BM_AttentionBf16(benchmark::State& state, AttentionShape a, bool backward) 
   std::vector<float> out(rows * a.C), lse(cpu::attention_bf16_saved_floats(a.B, a.T, a.NH)),
       dqkv(rows * 3 * a.C), ws(cpu::attention_bf16_workspace_floats(a.T, a.C / a.NH, threads));
   cpu::attention_forward_bf16(out.data(), lse.data(), qkv.data(), a.B, a.T, a.C, a.NH, ws.data(),
-                              threads);
+                              threads, products);
   for (auto _ : state) {
     if (backward)
       cpu::attention_backward_bf16(dqkv.data(), dout.data(), qkv.data(), out.data(), lse.data(),
-                                   a.B, a.T, a.C, a.NH, ws.data(), threads);
+                                   a.B, a.T, a.C, a.NH, ws.data(), threads, products);
     else
       cpu::attention_forward_bf16(out.data(), lse.data(), qkv.data(), a.B, a.T, a.C, a.NH,
-                                  ws.data(), threads);
+                                  ws.data(), threads, products);
     benchmark::ClobberMemory();
   }
   state.counters["GFLOP/s"] =
@@ -327,12 +339,11 @@ struct GqaBenchShape {
 };
 const GqaBenchShape kGqa[] = {{"llama", {8, 256, 8, 2, 64}}, {"mqa-b1", {1, 512, 8, 1, 64}}};
 
-// bf16: the `bf16` profile's kernels (attention_bf16.h) instead of the fp32 ones.
-void BM_GqaAttention(benchmark::State& state, GqaBenchShape g, bool backward, bool bf16) {
-  if (bf16 && !cpu::attention_bf16_available()) {
-    state.SkipWithError("no avx512_bf16 on this CPU");
-    return;
-  }
+// bf16: the `bf16` profile's kernels (attention_bf16.h) with these products instead of the
+// fp32 ones.
+void BM_GqaAttention(benchmark::State& state, GqaBenchShape g, bool backward, bool bf16,
+                     cpu::Bf16Products products) {
+  if (bf16 && !bf16_attention_runs(state, products)) return;
   const forge::kernels::GqaShape& s = g.s;
   const size_t rows = size_t(s.B) * s.T, qw = size_t(s.NH) * s.hd, kvw = size_t(s.KVH) * s.hd;
   const int threads = omp_get_max_threads();
@@ -346,7 +357,7 @@ void BM_GqaAttention(benchmark::State& state, GqaBenchShape g, bool backward, bo
   auto forward = [&] {
     if (bf16)
       cpu::gqa_attention_forward_bf16(out.data(), saved.data(), q.data(), k.data(), v.data(), s,
-                                      ws.data(), threads);
+                                      ws.data(), threads, products);
     else
       cpu::gqa_attention_forward(out.data(), saved.data(), q.data(), k.data(), v.data(), s);
   };
@@ -357,7 +368,7 @@ void BM_GqaAttention(benchmark::State& state, GqaBenchShape g, bool backward, bo
     else if (bf16)
       cpu::gqa_attention_backward_bf16(dq.data(), dk.data(), dv.data(), dout.data(), q.data(),
                                        k.data(), v.data(), out.data(), saved.data(), s, ws.data(),
-                                       threads);
+                                       threads, products);
     else
       cpu::gqa_attention_backward(dq.data(), dk.data(), dv.data(), dout.data(), q.data(), k.data(),
                                   v.data(), out.data(), saved.data(), s);
@@ -368,6 +379,10 @@ void BM_GqaAttention(benchmark::State& state, GqaBenchShape g, bool backward, bo
       benchmark::Counter(attention_flops(as, backward) * state.iterations(),
                          benchmark::Counter::kIsRate, benchmark::Counter::kIs1000);
 }
+
+// The bf16 attention's two kinds of products, by benchmark name.
+const std::pair<const char*, cpu::Bf16Products> kBf16Attention[] = {
+    {"bf16", cpu::Bf16Products::kDotProducts}, {"bf16_amx", cpu::Bf16Products::kAmxTiles}};
 
 // The unfused forward a framework runs: per head, scores = Q K^T by GEMM into a T x T
 // matrix, masked softmax, out = P V by GEMM (full, not causally trimmed: GEMMs can't skip).
@@ -555,16 +570,20 @@ void register_all() {
     add("attention/fused/fwd/" + n, BM_AttentionFused, a, false);
     add("attention/unfused/fwd/" + n, BM_AttentionUnfused, a);
     add("attention/fused/bwd/" + n, BM_AttentionFused, a, true);
-    for (bool backward : {false, true})
-      add(std::string("attention/bf16/") + (backward ? "bwd/" : "fwd/") + n, BM_AttentionBf16, a,
-          backward);
-  }
-  for (const GqaBenchShape& g : kGqa)
-    for (bool bf16 : {false, true})
+    for (auto [kind, products] : kBf16Attention)
       for (bool backward : {false, true})
-        add(std::string(bf16 ? "attention/gqa_bf16/" : "attention/gqa_fused/") +
-                (backward ? "bwd/" : "fwd/") + g.name,
-            BM_GqaAttention, g, backward, bf16);
+        add(std::string("attention/") + kind + "/" + (backward ? "bwd/" : "fwd/") + n,
+            BM_AttentionBf16, a, backward, products);
+  }
+  for (const GqaBenchShape& g : kGqa) {
+    for (bool backward : {false, true})
+      add(std::string("attention/gqa_fused/") + (backward ? "bwd/" : "fwd/") + g.name,
+          BM_GqaAttention, g, backward, false, cpu::Bf16Products::kDotProducts);
+    for (auto [kind, products] : kBf16Attention)
+      for (bool backward : {false, true})
+        add(std::string("attention/gqa_") + kind + "/" + (backward ? "bwd/" : "fwd/") + g.name,
+            BM_GqaAttention, g, backward, true, products);
+  }
   for (auto [name, N, C] : {std::tuple{"small", 2048, 384}, std::tuple{"124m", 1024, 768}}) {
     const std::string n = name;
     add("layernorm/fused/fwd/" + n, BM_LayerNormFused, N, C, false);

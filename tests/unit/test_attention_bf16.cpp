@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 #include <omp.h>
 
+#include <bit>
 #include <cmath>
 #include <utility>
 #include <vector>
@@ -21,6 +22,16 @@ using namespace forge_test;
 namespace cpu = forge::kernels::cpu;
 namespace scalar = forge::kernels::scalar;
 
+// Every test runs on both kinds of products (attention_bf16.h): VDPBF16PS and AMX tiles.
+class AttentionBf16 : public testing::TestWithParam<cpu::Bf16Products> {
+ protected:
+  void SetUp() override {
+    if (!cpu::attention_bf16_available()) GTEST_SKIP() << "no avx512_bf16 on this CPU";
+    if (GetParam() == cpu::Bf16Products::kAmxTiles && !cpu::amx_tiles_available())
+      GTEST_SKIP() << "no usable AMX tiles on this CPU";
+  }
+};
+
 // bf16 keeps 8 significant bits: each rounded operand is off by up to 2^-9 (2e-3) relative,
 // and the softmax's exp turns a score's error into the same relative error in p, growing
 // with the spread of the scores: measured 2e-3 to 7.5e-3 on the shapes below. 1e-2 is half
@@ -28,18 +39,23 @@ namespace scalar = forge::kernels::scalar;
 constexpr double kBf16Tol = 1e-2;
 constexpr double kRoundingVisible = 1e-4;
 
-void check_bf16_attention(int B, int T, int C, int NH, float spread) {
+// A workspace as an earlier use may leave it: NaN in every word, as fp32 and as both bf16
+// halves. Padding a product sums over (AMX reads whole tiles) must be written, not assumed
+// zero: a pad word that held a NaN would spread it over whole rows of the output.
+Floats stale_workspace(size_t floats) { return Floats(floats, std::bit_cast<float>(0x7FC07FC0u)); }
+
+void check_bf16_attention(cpu::Bf16Products products, int B, int T, int C, int NH, float spread) {
   SCOPED_TRACE(testing::Message() << "B=" << B << " T=" << T << " C=" << C << " NH=" << NH);
   const Floats qkv = random_floats(size_t(B) * T * 3 * C, 60, spread),
                dout = random_floats(size_t(B) * T * C, 61);
   const int threads = omp_get_max_threads();
   Floats out(size_t(B) * T * C), saved(cpu::attention_bf16_saved_floats(B, T, NH)),
       dqkv(size_t(B) * T * 3 * C, 9.0f),
-      workspace(cpu::attention_bf16_workspace_floats(T, C / NH, threads));
+      workspace = stale_workspace(cpu::attention_bf16_workspace_floats(T, C / NH, threads));
   cpu::attention_forward_bf16(out.data(), saved.data(), qkv.data(), B, T, C, NH, workspace.data(),
-                              threads);
+                              threads, products);
   cpu::attention_backward_bf16(dqkv.data(), dout.data(), qkv.data(), out.data(), saved.data(), B, T,
-                               C, NH, workspace.data(), threads);
+                               C, NH, workspace.data(), threads, products);
 
   const Doubles qkv64(qkv.begin(), qkv.end()), dout64(dout.begin(), dout.end());
   Doubles out64(size_t(B) * T * C), probs(scalar::attention_saved_floats(B, T, NH)),
@@ -57,16 +73,16 @@ void check_bf16_attention(int B, int T, int C, int NH, float spread) {
   EXPECT_EQ(untouched, 0u);
 }
 
-TEST(AttentionBf16, MatchesFloat64WithinBf16Error) {
-  if (!cpu::attention_bf16_available()) GTEST_SKIP() << "no avx512_bf16 on this CPU";
+TEST_P(AttentionBf16, MatchesFloat64WithinBf16Error) {
+  const cpu::Bf16Products products = GetParam();
   // Odd head dims (a zero partner in every row pair), T not a multiple of either tile, T
   // larger than the key tile with scores spread enough that later tiles raise the running
   // maximum, a head dim over 64 (two column blocks), and odd T (a zero partner position).
-  check_bf16_attention(2, 13, 3 * 7, 3, 1.0f);
-  check_bf16_attention(1, 150, 2 * 19, 2, 2.0f);
-  check_bf16_attention(2, 67, 64, 1, 1.0f);
-  check_bf16_attention(1, 97, 2 * 80, 2, 1.0f);
-  check_bf16_attention(1, 256, 4 * 64, 4, 1.0f);
+  check_bf16_attention(products, 2, 13, 3 * 7, 3, 1.0f);
+  check_bf16_attention(products, 1, 150, 2 * 19, 2, 2.0f);
+  check_bf16_attention(products, 2, 67, 64, 1, 1.0f);
+  check_bf16_attention(products, 1, 97, 2 * 80, 2, 1.0f);
+  check_bf16_attention(products, 1, 256, 4 * 64, 4, 1.0f);
 }
 
 // Masking, exactly: a query never sees a later key. Changing every key and value after
@@ -74,7 +90,7 @@ TEST(AttentionBf16, MatchesFloat64WithinBf16Error) {
 // query and output gradient before p leaves dk and dv of positions from p on unchanged. Run
 // on sizes that put p inside a tile, on a tile's edge and in the diagonal tile's masked
 // corner, where a block that read one vector too far or too few would show.
-void check_bf16_causality(int B, int T, int C, int NH, int p) {
+void check_bf16_causality(cpu::Bf16Products products, int B, int T, int C, int NH, int p) {
   SCOPED_TRACE(testing::Message() << "B=" << B << " T=" << T << " C=" << C << " NH=" << NH
                                   << " p=" << p);
   const int threads = omp_get_max_threads();
@@ -86,9 +102,9 @@ void check_bf16_causality(int B, int T, int C, int NH, int p) {
     Floats out(size_t(B) * T * C), saved(cpu::attention_bf16_saved_floats(B, T, NH)),
         dqkv(qkv.size()), workspace(cpu::attention_bf16_workspace_floats(T, C / NH, threads));
     cpu::attention_forward_bf16(out.data(), saved.data(), qkv.data(), B, T, C, NH, workspace.data(),
-                                threads);
+                                threads, products);
     cpu::attention_backward_bf16(dqkv.data(), dout.data(), qkv.data(), out.data(), saved.data(), B,
-                                 T, C, NH, workspace.data(), threads);
+                                 T, C, NH, workspace.data(), threads, products);
     return Run{out, dqkv};
   };
   const Floats qkv = random_floats(size_t(B) * T * C3, 70, 1.5f),
@@ -134,17 +150,18 @@ void check_bf16_causality(int B, int T, int C, int NH, int p) {
   EXPECT_EQ(changed, 0u) << "keys from p on took a gradient from an earlier query";
 }
 
-TEST(AttentionBf16, IsExactlyCausal) {
-  if (!cpu::attention_bf16_available()) GTEST_SKIP() << "no avx512_bf16 on this CPU";
-  check_bf16_causality(1, 150, 2 * 19, 2, 75);   // p inside a query tile and a key tile
-  check_bf16_causality(2, 97, 2 * 32, 2, 63);    // p at a key tile's last position
-  check_bf16_causality(1, 200, 3 * 16, 3, 100);  // p where a 6-row block straddles vectors
-  check_bf16_causality(1, 13, 3 * 7, 3, 4);      // one tile, odd head dim
+TEST_P(AttentionBf16, IsExactlyCausal) {
+  const cpu::Bf16Products products = GetParam();
+  check_bf16_causality(products, 1, 150, 2 * 19, 2, 75);  // p inside a query tile and a key tile
+  check_bf16_causality(products, 2, 97, 2 * 32, 2, 63);   // p at a key tile's last position
+  check_bf16_causality(products, 1, 200, 3 * 16, 3,
+                       100);                           // p where a 6-row block straddles vectors
+  check_bf16_causality(products, 1, 13, 3 * 7, 3, 4);  // one tile, odd head dim
 }
 
 // Grouped-query attention (Llama): the same kernels over separate q, k, v; dk and dv sum over
 // each kv head's group of query heads.
-void check_bf16_gqa(GqaShape s) {
+void check_bf16_gqa(cpu::Bf16Products products, GqaShape s) {
   SCOPED_TRACE(testing::Message() << "B=" << s.B << " T=" << s.T << " NH=" << s.NH
                                   << " KVH=" << s.KVH << " hd=" << s.hd);
   const size_t rows = size_t(s.B) * s.T, dq = size_t(s.NH) * s.hd, dkv = size_t(s.KVH) * s.hd;
@@ -153,12 +170,12 @@ void check_bf16_gqa(GqaShape s) {
   const int threads = omp_get_max_threads();
   Floats out(rows * dq), saved(cpu::attention_bf16_saved_floats(s.B, s.T, s.NH)),
       gq(rows * dq, 9.0f), gk(rows * dkv, 9.0f), gv(rows * dkv, 9.0f),
-      workspace(cpu::attention_bf16_workspace_floats(s.T, s.hd, threads));
+      workspace = stale_workspace(cpu::attention_bf16_workspace_floats(s.T, s.hd, threads));
   cpu::gqa_attention_forward_bf16(out.data(), saved.data(), q.data(), k.data(), v.data(), s,
-                                  workspace.data(), threads);
+                                  workspace.data(), threads, products);
   cpu::gqa_attention_backward_bf16(gq.data(), gk.data(), gv.data(), dout.data(), q.data(), k.data(),
-                                   v.data(), out.data(), saved.data(), s, workspace.data(),
-                                   threads);
+                                   v.data(), out.data(), saved.data(), s, workspace.data(), threads,
+                                   products);
   const Doubles q64(q.begin(), q.end()), k64(k.begin(), k.end()), v64(v.begin(), v.end()),
       dout64(dout.begin(), dout.end());
   Doubles out64(rows * dq), probs(scalar::gqa_attention_saved_floats(s)), gq64(rows * dq),
@@ -177,23 +194,23 @@ void check_bf16_gqa(GqaShape s) {
 // Like the fp32 kernel (LlamaKernels.GqaAttentionRefusesKvHeadsThatDoNotDivideQueryHeads),
 // the bf16 one refuses kv heads that do not divide the query heads before touching a buffer:
 // the check is in the layout both build.
-TEST(AttentionBf16, RefusesKvHeadsThatDoNotDivideQueryHeads) {
-  if (!cpu::attention_bf16_available()) GTEST_SKIP() << "no avx512_bf16 on this CPU";
+TEST_P(AttentionBf16, RefusesKvHeadsThatDoNotDivideQueryHeads) {
+  const cpu::Bf16Products products = GetParam();
   const GqaShape s{1, 4, 6, 4, 8};  // 6 query heads, 4 kv heads
   float* none = nullptr;
-  EXPECT_THROW(cpu::gqa_attention_forward_bf16(none, none, none, none, none, s, none, 1),
+  EXPECT_THROW(cpu::gqa_attention_forward_bf16(none, none, none, none, none, s, none, 1, products),
                forge::Error);
   EXPECT_THROW(cpu::gqa_attention_backward_bf16(none, none, none, none, none, none, none, none,
-                                                none, s, none, 1),
+                                                none, s, none, 1, products),
                forge::Error);
 }
 
-TEST(AttentionBf16, GroupedQueryMatchesFloat64WithinBf16Error) {
-  if (!cpu::attention_bf16_available()) GTEST_SKIP() << "no avx512_bf16 on this CPU";
-  check_bf16_gqa({2, 37, 4, 2, 7});
-  check_bf16_gqa({1, 130, 6, 2, 16});
-  check_bf16_gqa({2, 64, 3, 3, 64});
-  check_bf16_gqa({1, 97, 8, 1, 24});
+TEST_P(AttentionBf16, GroupedQueryMatchesFloat64WithinBf16Error) {
+  const cpu::Bf16Products products = GetParam();
+  check_bf16_gqa(products, {2, 37, 4, 2, 7});
+  check_bf16_gqa(products, {1, 130, 6, 2, 16});
+  check_bf16_gqa(products, {2, 64, 3, 3, 64});
+  check_bf16_gqa(products, {1, 97, 8, 1, 24});
 }
 
 // The thread count must not change a bit (a resumed run may use another). With few
@@ -202,8 +219,8 @@ TEST(AttentionBf16, GroupedQueryMatchesFloat64WithinBf16Error) {
 // two), and backward's are runs of key tiles, then runs of query tiles, instead of pairs (the
 // shapes with one pair, from two threads on: T = 200 and 259 give runs of several key tiles,
 // T = 131 and 259 an odd last row).
-TEST(AttentionBf16, IsTheSameOnAnyThreadCount) {
-  if (!cpu::attention_bf16_available()) GTEST_SKIP() << "no avx512_bf16 on this CPU";
+TEST_P(AttentionBf16, IsTheSameOnAnyThreadCount) {
+  const cpu::Bf16Products products = GetParam();
   const int saved_threads = omp_get_max_threads(), planned = 3;
   for (const GqaShape& s :
        {GqaShape{1, 200, 4, 1, 64}, GqaShape{2, 70, 4, 2, 16}, GqaShape{3, 45, 6, 2, 24},
@@ -213,17 +230,17 @@ TEST(AttentionBf16, IsTheSameOnAnyThreadCount) {
     const size_t nq = size_t(s.B) * s.T * s.NH * s.hd, nk = size_t(s.B) * s.T * s.KVH * s.hd;
     const Floats q = random_floats(nq, 67), k = random_floats(nk, 68), v = random_floats(nk, 69),
                  dout = random_floats(nq, 70);
-    Floats workspace(cpu::attention_bf16_workspace_floats(s.T, s.hd, planned));
+    Floats workspace = stale_workspace(cpu::attention_bf16_workspace_floats(s.T, s.hd, planned));
     std::vector<Floats> results;
     for (int threads = 1; threads <= planned; ++threads) {
       omp_set_num_threads(threads);
       Floats out(nq), saved(cpu::attention_bf16_saved_floats(s.B, s.T, s.NH)), dq(nq, 7.0f),
           dk(nk, 7.0f), dv(nk, 7.0f);
       cpu::gqa_attention_forward_bf16(out.data(), saved.data(), q.data(), k.data(), v.data(), s,
-                                      workspace.data(), planned);
+                                      workspace.data(), planned, products);
       cpu::gqa_attention_backward_bf16(dq.data(), dk.data(), dv.data(), dout.data(), q.data(),
                                        k.data(), v.data(), out.data(), saved.data(), s,
-                                       workspace.data(), planned);
+                                       workspace.data(), planned, products);
       for (Floats* r : {&out, &dq, &dk, &dv}) results.push_back(std::move(*r));
     }
     for (size_t i = 4; i < results.size(); ++i) EXPECT_EQ(results[i], results[i % 4]) << i;
@@ -238,8 +255,8 @@ TEST(AttentionBf16, IsTheSameOnAnyThreadCount) {
 // kept the residue P_ij (bf16(dO_i) - dO_i) . v, of one sign along the row, and dq came
 // out at 8.5e-3 of its usual size here (and drifted the query weights step after step).
 // Measured against dq of the same run with random keys and values.
-TEST(AttentionBf16, QueryGradientVanishesWhenKeysAndValuesAreAllTheSame) {
-  if (!cpu::attention_bf16_available()) GTEST_SKIP() << "no avx512_bf16 on this CPU";
+TEST_P(AttentionBf16, QueryGradientVanishesWhenKeysAndValuesAreAllTheSame) {
+  const cpu::Bf16Products products = GetParam();
   const int B = 2, T = 70, C = 2 * 32, NH = 2, threads = omp_get_max_threads();
   const Floats dout = random_floats(size_t(B) * T * C, 64);
   auto query_gradient_rms = [&](const Floats& qkv) {
@@ -247,9 +264,9 @@ TEST(AttentionBf16, QueryGradientVanishesWhenKeysAndValuesAreAllTheSame) {
         dqkv(size_t(B) * T * 3 * C),
         workspace(cpu::attention_bf16_workspace_floats(T, C / NH, threads));
     cpu::attention_forward_bf16(out.data(), saved.data(), qkv.data(), B, T, C, NH, workspace.data(),
-                                threads);
+                                threads, products);
     cpu::attention_backward_bf16(dqkv.data(), dout.data(), qkv.data(), out.data(), saved.data(), B,
-                                 T, C, NH, workspace.data(), threads);
+                                 T, C, NH, workspace.data(), threads, products);
     double sum = 0.0;
     for (size_t row = 0; row < size_t(B) * T; ++row)
       for (int c = 0; c < C; ++c) sum += double(dqkv[row * 3 * C + c]) * dqkv[row * 3 * C + c];
@@ -264,16 +281,24 @@ TEST(AttentionBf16, QueryGradientVanishesWhenKeysAndValuesAreAllTheSame) {
   EXPECT_LT(same, 1e-5 * usual);
 }
 
-TEST(AttentionBf16, RefusesATeamLargerThanPlanned) {
-  if (!cpu::attention_bf16_available()) GTEST_SKIP() << "no avx512_bf16 on this CPU";
+TEST_P(AttentionBf16, RefusesATeamLargerThanPlanned) {
+  const cpu::Bf16Products products = GetParam();
   if (omp_get_max_threads() < 2) GTEST_SKIP() << "needs two threads";
   const int B = 1, T = 8, C = 8, NH = 2;
   Floats qkv = random_floats(size_t(B) * T * 3 * C, 62), out(size_t(B) * T * C),
          saved(cpu::attention_bf16_saved_floats(B, T, NH)),
          workspace(cpu::attention_bf16_workspace_floats(T, C / NH, 1));
   EXPECT_THROW(cpu::attention_forward_bf16(out.data(), saved.data(), qkv.data(), B, T, C, NH,
-                                           workspace.data(), 1),
+                                           workspace.data(), 1, products),
                forge::Error);
 }
+
+INSTANTIATE_TEST_SUITE_P(Products, AttentionBf16,
+                         testing::Values(cpu::Bf16Products::kDotProducts,
+                                         cpu::Bf16Products::kAmxTiles),
+                         [](const testing::TestParamInfo<cpu::Bf16Products>& info) {
+                           return info.param == cpu::Bf16Products::kAmxTiles ? "AmxTiles"
+                                                                             : "DotProducts";
+                         });
 
 }  // namespace

@@ -5,9 +5,15 @@
 
 namespace forge {
 
+bool bf16_amx_requested() {
+  static const bool on = env_switch("FORGE_BF16_AMX", true);
+  return on;
+}
+
 void read_environment_switches() {
   huge_pages_requested();
   subnormal_flush_requested();
+  bf16_amx_requested();
 }
 
 }  // namespace forge

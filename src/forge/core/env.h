@@ -1,5 +1,6 @@
-// Environment switches that are on or off (FORGE_HUGE_PAGES, FORGE_FLUSH_SUBNORMALS): "1" on,
-// "0" off, unset or empty the default; anything else is refused, not guessed at.
+// Environment switches that are on or off (FORGE_HUGE_PAGES, FORGE_FLUSH_SUBNORMALS,
+// FORGE_BF16_AMX): "1" on, "0" off, unset or empty the default; anything else is refused, not
+// guessed at.
 #pragma once
 
 #include <cstdlib>
@@ -16,6 +17,9 @@ inline bool env_switch(const char* name, bool unset) {
   if (std::strcmp(v, "0") == 0) return false;
   fail("environment {}: expected 0 or 1, got '{}'", name, v);
 }
+
+// FORGE_BF16_AMX: the bf16 attention on AMX tiles where the CPU has them (default 1).
+bool bf16_amx_requested();
 
 // Reads every on/off switch once, at start-up: read lazily, a bad value would fail only
 // after a command had made its output folder.

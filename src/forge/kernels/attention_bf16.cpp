@@ -1,7 +1,10 @@
 #include "forge/kernels/attention_bf16.h"
 
+#include <cpuid.h>
 #include <immintrin.h>
 #include <omp.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cmath>
@@ -9,6 +12,7 @@
 #include <cstring>
 #include <limits>
 
+#include "forge/core/env.h"
 #include "forge/core/error.h"
 #include "forge/kernels/attention.h"
 #include "forge/kernels/bf16_gemm.h"
@@ -24,26 +28,45 @@ namespace {
 
 size_t round16(size_t n) { return (n + 15) / 16 * 16; }
 
-// Sizes of one head's packs, in 4-byte words.
+// Sizes of one head's packs, in 4-byte words. On AMX tiles (amx) the packs are padded: a
+// tile product reads whole tiles of 16 rows by 16 words, so every summed index is padded with
+// zeros to a multiple of 16 words (a pad that met a stale NaN would spread it) and every
+// row or column a tile may touch past the data exists.
 struct Geometry {
   int T, hd, hp2, T2;  // hp2 = pairs per row of a head, T2 = pairs of positions
-  size_t ldt, ldt2;    // strides of the transposed packs (padded against L1 set conflicts)
-  Geometry(int T_, int hd_)
+  bool amx;
+  int rs;            // row stride of the rows of pairs: hp2, on AMX padded to 16
+  int ldv;           // row stride of the pairs of positions: hd, on AMX padded to 16
+  int hdp;           // rows of the transposed accumulators and packs: hd, on AMX padded
+  size_t ldt, ldt2;  // strides of the transposed packs (padded against L1 set conflicts)
+  Geometry(int T_, int hd_, bool amx_)
       : T(T_),
         hd(hd_),
         hp2((hd_ + 1) / 2),
         T2((T_ + 1) / 2),
+        amx(amx_),
+        rs(amx_ ? static_cast<int>(round16(hp2)) : hp2),
+        ldv(amx_ ? static_cast<int>(round16(hd_)) : hd_),
+        hdp(amx_ ? static_cast<int>(round16(hd_)) : hd_),
         ldt(attention_key_stride(T_)),
         ldt2(attention_key_stride((T_ + 1) / 2)) {}
-  size_t rows() const { return round16(static_cast<size_t>(T) * hp2); }
-  size_t pairs_t() const { return round16(static_cast<size_t>(hp2) * ldt); }
-  size_t vnni() const { return round16(static_cast<size_t>(T2) * hd); }
-  size_t vnni_t() const { return round16(static_cast<size_t>(hd) * ldt2); }
-  size_t acc_t() const { return round16(static_cast<size_t>(hd) * ldt); }
+  size_t t_rows() const { return amx ? round16(T) : T; }
+  size_t t2_rows() const { return amx ? round16(T2) : T2; }
+  size_t rows() const { return round16(t_rows() * rs); }
+  size_t pairs_t() const { return round16(static_cast<size_t>(rs) * ldt); }
+  size_t vnni() const { return round16(t2_rows() * ldv); }
+  size_t vnni_t() const { return round16(static_cast<size_t>(hdp) * ldt2); }
+  size_t acc_t() const { return round16(static_cast<size_t>(hdp) * ldt); }
   size_t per_thread() const {
     return 3 * rows() + 2 * pairs_t() + 2 * vnni() + 2 * vnni_t() + 2 * acc_t();
   }
 };
+
+// A thread's share of the workspace: enough for either kind of pack, so that the plan does
+// not depend on which kind runs.
+size_t per_thread_floats(int T, int hd) {
+  return std::max(Geometry(T, hd, false).per_thread(), Geometry(T, hd, true).per_thread());
+}
 
 }  // namespace
 
@@ -52,10 +75,29 @@ bool attention_bf16_available() {
   return cpu && active_isa() == Isa::kAvx512;
 }
 
+bool amx_tiles_available() {
+  static const bool usable = [] {
+    unsigned a = 0, b = 0, c = 0, d = 0;
+    if (!__get_cpuid_count(7, 0, &a, &b, &c, &d)) return false;
+    const bool tiles = d & (1u << 24), bf16 = d & (1u << 22);  // AMX-TILE, AMX-BF16
+    if (!tiles || !bf16) return false;
+    // Linux (5.16 on) gives a process the tiles' register state only when it asks for it.
+    constexpr long kRequestPermission = 0x1023, kTileData = 18;  // ARCH_REQ_XCOMP_PERM, XTILEDATA
+    return syscall(SYS_arch_prctl, kRequestPermission, kTileData) == 0;
+  }();
+  return usable;
+}
+
+Bf16Products attention_bf16_products() {
+  return attention_bf16_available() && amx_tiles_available() && bf16_amx_requested()
+             ? Bf16Products::kAmxTiles
+             : Bf16Products::kDotProducts;
+}
+
 size_t attention_bf16_saved_floats(int B, int T, int NH) { return static_cast<size_t>(B) * NH * T; }
 
 size_t attention_bf16_workspace_floats(int T, int hd, int threads) {
-  return Geometry(T, hd).per_thread() * static_cast<size_t>(threads);
+  return per_thread_floats(T, hd) * static_cast<size_t>(threads);
 }
 
 }  // namespace forge::kernels::cpu
@@ -63,7 +105,7 @@ size_t attention_bf16_workspace_floats(int T, int hd, int threads) {
 // The kernels below are compiled for AVX-512 with bf16 dot products whatever the build's
 // flags (the headers above are not); they run only after attention_bf16_available().
 #pragma GCC push_options
-#pragma GCC target("avx512f,avx512dq,avx512bw,avx512vl,avx512bf16,avx2,fma")
+#pragma GCC target("avx512f,avx512dq,avx512bw,avx512vl,avx512bf16,avx2,fma,amx-tile,amx-bf16")
 // GCC 12 reports the deliberately undefined vectors inside its own AVX-512 intrinsics
 // (_mm512_undefined_*) as uninitialised once they are inlined under this target.
 #pragma GCC diagnostic push
@@ -118,11 +160,13 @@ inline void prefetch_row(const float* x, int n) {
   for (int d = 0; d < n; d += 16) _mm_prefetch(reinterpret_cast<const char*>(x + d), _MM_HINT_T0);
 }
 
-// dst[t * ceil(n / 2) + p] = pair (2p, 2p + 1) of bf16(src[t * stride + 0..n)), t < rows.
-void pack_rows(uint32_t* dst, const float* src, size_t stride, int rows, int n) {
+// dst[t * ld + p] = pair (2p, 2p + 1) of bf16(src[t * stride + 0..n)), t < rows; the words
+// from ceil(n / 2) up to ld are zero.
+void pack_rows(uint32_t* dst, size_t ld, const float* src, size_t stride, int rows, int n) {
   const int pairs = (n + 1) / 2;
   for (int t = 0; t < rows; ++t) {
-    uint32_t* o = dst + static_cast<size_t>(t) * pairs;
+    uint32_t* o = dst + static_cast<size_t>(t) * ld;
+    std::fill(o + pairs, o + ld, 0u);
     const float* x = src + static_cast<size_t>(t) * stride;
     if (t + kPrefetchRows < rows) prefetch_row(x + kPrefetchRows * stride, n);
     for (int d = 0; d < n; d += 32) {
@@ -226,6 +270,84 @@ void gemm_acc(int M, int N, int K2, const uint32_t* A, size_t lda, const uint32_
   }
 }
 
+// --- the tile product on AMX ----------------------------------------------------------
+// The same product C[M, N] (+)= A B from the same layouts: an A tile is 16 rows of 16 words
+// (pairs along K), a B tile 16 rows of pairs by 16 columns, and TDPBF16PS adds their product to
+// a 16 x 16 fp32 tile. One configuration serves every product: tiles 0-3 hold a 32 x 32 block
+// of C, 4-5 two A tiles, 6-7 two B tiles, all full size.
+
+struct alignas(64) TileConfig {
+  uint8_t palette = 1, start_row = 0;
+  uint8_t reserved[14] = {};
+  uint16_t bytes_per_row[16] = {};
+  uint8_t rows[16] = {};
+};
+
+// Per thread: the tile registers are the thread's state, configured on each entry.
+void configure_tiles() {
+  TileConfig config;
+  for (int t = 0; t < 8; ++t) config.bytes_per_row[t] = 64, config.rows[t] = 16;
+  _tile_loadconfig(&config);
+}
+
+// A block of MT x NT tiles of C (MT, NT = 1 or 2) over K2 words rounded up to 16.
+template <int MT, int NT>
+[[gnu::always_inline]] inline void amx_block(int K2, const uint32_t* A, size_t lda,
+                                             const uint32_t* B, size_t ldb, float* C, size_t ldc,
+                                             bool accumulate) {
+  const size_t a_bytes = lda * 4, b_bytes = ldb * 4, c_bytes = ldc * 4;
+  float* c1 = C + 16 * ldc;
+  if (accumulate) {
+    _tile_loadd(0, C, c_bytes);
+    if constexpr (NT == 2) _tile_loadd(1, C + 16, c_bytes);
+    if constexpr (MT == 2) _tile_loadd(2, c1, c_bytes);
+    if constexpr (MT == 2 && NT == 2) _tile_loadd(3, c1 + 16, c_bytes);
+  } else {
+    _tile_zero(0);
+    if constexpr (NT == 2) _tile_zero(1);
+    if constexpr (MT == 2) _tile_zero(2);
+    if constexpr (MT == 2 && NT == 2) _tile_zero(3);
+  }
+  for (int k = 0; k < K2; k += 16) {
+    _tile_loadd(4, A + k, a_bytes);
+    if constexpr (MT == 2) _tile_loadd(5, A + 16 * lda + k, a_bytes);
+    _tile_loadd(6, B + k * ldb, b_bytes);
+    if constexpr (NT == 2) _tile_loadd(7, B + k * ldb + 16, b_bytes);
+    _tile_dpbf16ps(0, 4, 6);
+    if constexpr (NT == 2) _tile_dpbf16ps(1, 4, 7);
+    if constexpr (MT == 2) _tile_dpbf16ps(2, 5, 6);
+    if constexpr (MT == 2 && NT == 2) _tile_dpbf16ps(3, 5, 7);
+  }
+  _tile_stored(0, C, c_bytes);
+  if constexpr (NT == 2) _tile_stored(1, C + 16, c_bytes);
+  if constexpr (MT == 2) _tile_stored(2, c1, c_bytes);
+  if constexpr (MT == 2 && NT == 2) _tile_stored(3, c1 + 16, c_bytes);
+}
+
+// C[M, N] = A B, or += with accumulate; A [M][K2 words] (lda), B [K2][N] (ldb), C fp32 (ldc).
+// Whole tiles are read and written: rows of A and C up to M rounded to 16, columns of B and C
+// up to N rounded to 16, words of A and rows of B up to K2 rounded to 16. The rows and columns
+// past M and N only reach C's past them; the words past K2 must be zero in A and in B (a
+// stale NaN times zero is NaN).
+void amx_product(int M, int N, int K2, const uint32_t* A, size_t lda, const uint32_t* B, size_t ldb,
+                 float* C, size_t ldc, bool accumulate) {
+  for (int m0 = 0; m0 < M; m0 += 32) {
+    const uint32_t* a = A + m0 * lda;
+    for (int n0 = 0; n0 < N; n0 += 32) {
+      float* c = C + m0 * ldc + n0;
+      const bool two_m = M - m0 > 16, two_n = N - n0 > 16;
+      if (two_m && two_n)
+        amx_block<2, 2>(K2, a, lda, B + n0, ldb, c, ldc, accumulate);
+      else if (two_m)
+        amx_block<2, 1>(K2, a, lda, B + n0, ldb, c, ldc, accumulate);
+      else if (two_n)
+        amx_block<1, 2>(K2, a, lda, B + n0, ldb, c, ldc, accumulate);
+      else
+        amx_block<1, 1>(K2, a, lda, B + n0, ldb, c, ldc, accumulate);
+    }
+  }
+}
+
 // --- one head --------------------------------------------------------------------------
 
 // One thread's share of the workspace.
@@ -257,23 +379,39 @@ struct Tiles {
   uint32_t rows[kQTile * kRowWords];       // P (forward) or dS (backward) as A rows
   uint32_t p_pairs[kQTile / 2 * kKTile];   // P as pairs of queries (backward)
   uint32_t ds_pairs[kQTile / 2 * kKTile];  // dS as pairs of queries (backward)
-  float acc[kQTile * kMaxHeadDim];         // output or dq accumulators
+  float acc[kQTile * kMaxHeadDim];         // output or dq accumulators (rows Geometry::ldv apart)
+  float dp[kQTile * kKTile];               // dP in fp32 (backward on AMX)
 };
 
 // Rows [r0, r1) of one head's keys (or values) as pairs along the head dim, transposed into
 // columns [r0, r1) of [hp2][ldt].
+// On AMX the pad rows up to Geometry::rs are zero (in those columns).
 void pack_pairs_transposed(uint32_t* dst, uint32_t* tmp_rows, const float* src, size_t stride,
                            const Geometry& g, int r0, int r1) {
-  pack_rows(tmp_rows, src + static_cast<size_t>(r0) * stride, stride, r1 - r0, g.hd);
-  transpose_head<uint32_t>(dst + r0, g.ldt, tmp_rows, g.hp2, r1 - r0, g.hp2);
+  pack_rows(tmp_rows, g.rs, src + static_cast<size_t>(r0) * stride, stride, r1 - r0, g.hd);
+  transpose_head<uint32_t>(dst + r0, g.ldt, tmp_rows, g.rs, r1 - r0, g.rs);
+}
+
+// Rows [0, rows) of one head as pairs of positions ([T2][ldv]), and on AMX zero pairs after
+// them up to a whole tile (the summed index of p v and ds k).
+void pack_vnni_padded(uint32_t* dst, const Geometry& g, const float* src, size_t stride, int rows) {
+  pack_vnni(dst, g.ldv, src, stride, rows, g.hd);
+  if (!g.amx) return;
+  const size_t packed = (rows + 1) / 2;
+  std::fill(dst + packed * g.ldv, dst + round16(packed) * g.ldv, 0u);
 }
 
 // Pairs of positions of rows [r0, r1) of one head (r0 even), transposed into columns
 // [r0 / 2, (r1 + 1) / 2) of [hd][ldt2]: an A operand summed over positions.
+// On AMX the columns after them up to a whole tile are zero (the summed index of dK and dV).
 void pack_vnni_transposed(uint32_t* dst, uint32_t* tmp_vnni, const float* src, size_t stride,
                           const Geometry& g, int r0, int r1) {
   pack_vnni(tmp_vnni, g.hd, src + static_cast<size_t>(r0) * stride, stride, r1 - r0, g.hd);
   transpose_head<uint32_t>(dst + r0 / 2, g.ldt2, tmp_vnni, g.hd, (r1 - r0 + 1) / 2, g.hd);
+  if (!g.amx) return;
+  const size_t packed = (r1 + 1) / 2;
+  for (int d = 0; d < g.hd; ++d)
+    std::fill(dst + d * g.ldt2 + packed, dst + d * g.ldt2 + round16(packed), 0u);
 }
 
 // Checked before the parallel region (an exception must not leave one): the team it opens
@@ -453,10 +591,47 @@ template <int NV>
 }
 
 // What both passes check before their parallel region, and the packs' sizes.
-Geometry checked_geometry(const AttentionLayout& L, int threads) {
+Geometry checked_geometry(const AttentionLayout& L, int threads, Bf16Products products) {
   FORGE_CHECK(L.hd <= kMaxHeadDim, "attention head dim {} exceeds {}", L.hd, kMaxHeadDim);
+  const bool amx = products == Bf16Products::kAmxTiles;
+  FORGE_CHECK(!amx || amx_tiles_available(), "bf16 attention: AMX tiles asked for, none usable");
   check_team(threads);
-  return Geometry(L.T, L.hd);
+  return Geometry(L.T, L.hd, amx);
+}
+
+// --- the steps on AMX tiles -------------------------------------------------------------
+// The products of a (query tile, key tile) step run on whole tiles into fp32 blocks in
+// memory; the row blocks then read their scores from there instead of making them.
+
+template <int NV>
+[[gnu::always_inline]] inline void load_row(__m512 (&s)[NV], const float* row) {
+  for (int v = 0; v < NV; ++v) s[v] = _mm512_loadu_ps(row + 16 * v);
+}
+
+// store_key_pairs, then zeros to the end of the row: the tile product sums over whole tiles
+// of key pairs, past the keys this row's block reached.
+template <int NV>
+[[gnu::always_inline]] inline void store_key_pairs_padded(uint32_t* row, const __m512 (&x)[NV]) {
+  store_key_pairs<NV>(row, x);
+  for (int w = 8 * NV; w < kRowWords; w += 8)
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(row + w), _mm256_setzero_si256());
+}
+
+// forward_head's query tile against one key tile on AMX: acc (rows g.ldv apart) += p v.
+void forward_step_amx(Tiles& tl, const TileStep& t, const Geometry& g, const uint32_t* q_tile,
+                      const uint32_t* k_t, const uint32_t* v_vnni, float* row_max, float* row_sum) {
+  amx_product(t.nq, t.nk, g.rs, q_tile, g.rs, k_t + t.j0, g.ldt, tl.probs, kKTile, false);
+  for_row_blocks(t, [&]<int MR, int NV>(int r0) {
+    for (int R = r0; R < r0 + MR; ++R) {
+      __m512 s[NV];
+      load_row<NV>(s, tl.probs + R * kKTile);
+      scale_and_mask_row<NV>(s, t.scale, t.visible(R));
+      online_softmax_row<NV>(s, row_max[R], row_sum[R], tl.acc + R * g.ldv, g.hd);
+      store_key_pairs_padded<NV>(tl.rows + R * kRowWords, s);
+    }
+  });
+  amx_product(t.nq, g.hd, (t.nk + 1) / 2, tl.rows, kRowWords,
+              v_vnni + static_cast<size_t>(t.j0 / 2) * g.ldv, g.ldv, tl.acc, g.ldv, true);
 }
 
 // One query head's forward, its query rows packed in pk.q_rows, against its kv head's keys in
@@ -472,10 +647,15 @@ void forward_head(Tiles& tl, const Geometry& g, const Packs& pk, const uint32_t*
       row_max[r] = -std::numeric_limits<float>::infinity();
       row_sum[r] = 0.0f;
     }
-    std::fill(tl.acc, tl.acc + nq * hd, 0.0f);
-    const uint32_t* q_tile = pk.q_rows + static_cast<size_t>(i0) * g.hp2;
+    // On AMX whole tiles of rows: those past nq collect what their stale rows of p add.
+    std::fill(tl.acc, tl.acc + (g.amx ? kQTile : nq) * g.ldv, 0.0f);
+    const uint32_t* q_tile = pk.q_rows + static_cast<size_t>(i0) * g.rs;
     for (int j0 = 0; j0 < i0 + nq; j0 += kKTile) {
       const TileStep t{i0, nq, j0, std::min(kKTile, i0 + nq - j0), scale};
+      if (g.amx) {
+        forward_step_amx(tl, t, g, q_tile, pk.k_t, v_vnni, row_max, row_sum);
+        continue;
+      }
       const uint32_t* v_pairs = v_vnni + static_cast<size_t>(j0 / 2) * hd;
       for_row_blocks(t, [&]<int MR, int NV>(int r0) {
         __m512 s[MR][NV];
@@ -493,40 +673,43 @@ void forward_head(Tiles& tl, const Geometry& g, const Packs& pk, const uint32_t*
     for (int r = 0; r < nq; ++r) {
       float* o = out_head + (i0 + r) * ldo;
       const float inv = 1.0f / row_sum[r];
-      for (int d = 0; d < hd; ++d) o[d] = tl.acc[r * hd + d] * inv;
+      for (int d = 0; d < hd; ++d) o[d] = tl.acc[r * g.ldv + d] * inv;
       lse[i0 + r] = row_max[r] + std::log(row_sum[r]);
     }
   }
 }
 
 void forward_core(float* out, float* lse, const float* q, const float* k, const float* v,
-                  const AttentionLayout& L, float* workspace, int threads) {
+                  const AttentionLayout& L, float* workspace, int threads, Bf16Products products) {
   const int T = L.T, hd = L.hd, group = L.group();
   const float scale = L.scale();
-  const Geometry g = checked_geometry(L, threads);
+  const Geometry g = checked_geometry(L, threads, products);
+  const size_t share = per_thread_floats(T, hd);
   const int parts = L.forward_whole_pairs(omp_get_max_threads()) ? 1 : group;  // of its heads
 #pragma omp parallel
   {
-    const Packs pk(workspace + g.per_thread() * omp_get_thread_num(), g);
+    const Packs pk(workspace + share * omp_get_thread_num(), g);
     Tiles tl;
-    // Tasks are (sequence, kv head) where there are at least 4 per thread: its keys and
-    // values are packed once for the group. Fewer (one sequence with one kv head would run on
-    // one thread) make a task one query head, which packs its kv head's keys and values
-    // again (O(T hd) against the head's O(T^2 hd) products). Same bits either way.
+    if (g.amx) configure_tiles();
+      // Tasks are (sequence, kv head) where there are at least 4 per thread: its keys and
+      // values are packed once for the group. Fewer (one sequence with one kv head would run on
+      // one thread) make a task one query head, which packs its kv head's keys and values
+      // again (O(T hd) against the head's O(T^2 hd) products). Same bits either way.
 #pragma omp for collapse(3) schedule(dynamic, 1)
     for (int b = 0; b < L.B; ++b)
       for (int kvh = 0; kvh < L.KVH; ++kvh)
         for (int part = 0; part < parts; ++part) {
           pack_pairs_transposed(pk.k_t, pk.tmp_rows, k + L.kv_at(b, kvh), L.kv_stride, g, 0, T);
           uint32_t* v_vnni = pk.kv_vnni;  // forward keeps v's pairs here
-          pack_vnni(v_vnni, hd, v + L.kv_at(b, kvh), L.kv_stride, T, hd);
+          pack_vnni_padded(v_vnni, g, v + L.kv_at(b, kvh), L.kv_stride, T);
           const int h0 = kvh * group + part * (group / parts);
           for (int h = h0; h < h0 + group / parts; ++h) {
-            pack_rows(pk.q_rows, q + L.q_at(b, h), L.q_stride, T, hd);
+            pack_rows(pk.q_rows, g.rs, q + L.q_at(b, h), L.q_stride, T, hd);
             forward_head(tl, g, pk, v_vnni, scale, out + L.out_at(b, h), L.out_stride,
                          lse + L.lse_at(b, h));
           }
         }
+    if (g.amx) _tile_release();
   }
 }
 
@@ -587,6 +770,50 @@ void backward_step(Tiles& tl, const TileStep& t, const Geometry& g, const Packs&
   }
 }
 
+// backward_step on AMX tiles: the same products and roundings.
+template <Grads G>
+void backward_step_amx(Tiles& tl, const TileStep& t, const Geometry& g, const Packs& pk,
+                       const float* delta, const float* lse) {
+  constexpr bool kDq = G != Grads::kKeyValue, kDkv = G != Grads::kQuery;
+  const uint32_t* q_tile = pk.q_rows + static_cast<size_t>(t.i0) * g.rs;
+  const uint32_t* dout_tile = pk.dout_rows + static_cast<size_t>(t.i0) * g.rs;
+  amx_product(t.nq, t.nk, g.rs, q_tile, g.rs, pk.k_t + t.j0, g.ldt, tl.probs, kKTile, false);
+  amx_product(t.nq, t.nk, g.rs, dout_tile, g.rs, pk.v_t + t.j0, g.ldt, tl.dp, kKTile, false);
+  for_row_blocks(t, [&]<int MR, int NV>(int r0) {
+    for (int R = r0; R < r0 + MR; R += 2) {  // pairs of rows: the pairs of queries dK, dV take
+      const bool pair = R + 1 < r0 + MR;
+      __m512 p[2][NV], ds[2][NV];
+      for (int r = 0; r < 1 + pair; ++r) {
+        float* probs = tl.probs + (R + r) * kKTile;
+        load_row<NV>(p[r], probs);
+        scale_and_mask_row<NV>(p[r], t.scale, t.visible(R + r));
+        probabilities_row<NV>(p[r], lse[R + r]);
+        for (int v = 0; v < NV; ++v) _mm512_storeu_ps(probs + 16 * v, p[r][v]);
+        load_row<NV>(ds[r], tl.dp + (R + r) * kKTile);
+        score_gradient_row<NV>(ds[r], probs, delta[R + r], t.scale, t.visible(R + r));
+        if constexpr (kDq) store_key_pairs_padded<NV>(tl.rows + (R + r) * kRowWords, ds[r]);
+      }
+      if constexpr (kDkv) {
+        store_query_pairs<NV>(tl.p_pairs + R / 2 * kKTile, p[0], pair ? p[1] : nullptr, t.nk);
+        store_query_pairs<NV>(tl.ds_pairs + R / 2 * kKTile, ds[0], pair ? ds[1] : nullptr, t.nk);
+      }
+    }
+  });
+  if constexpr (kDq)  // dQ += dS K
+    amx_product(t.nq, g.hd, (t.nk + 1) / 2, tl.rows, kRowWords,
+                pk.kv_vnni + static_cast<size_t>(t.j0 / 2) * g.ldv, g.ldv, tl.acc, g.ldv, true);
+  if constexpr (kDkv) {
+    // The pairs of queries past the tile's, up to a whole tile of them, are zero.
+    const int nq2 = (t.nq + 1) / 2;
+    std::fill(tl.p_pairs + nq2 * kKTile, tl.p_pairs + kQTile / 2 * kKTile, 0u);
+    std::fill(tl.ds_pairs + nq2 * kKTile, tl.ds_pairs + kQTile / 2 * kKTile, 0u);
+    amx_product(g.hd, t.nk, nq2, pk.dout_vnni_t + t.i0 / 2, g.ldt2, tl.p_pairs, kKTile,
+                pk.dv_t + t.j0, g.ldt, true);
+    amx_product(g.hd, t.nk, nq2, pk.q_vnni_t + t.i0 / 2, g.ldt2, tl.ds_pairs, kKTile,
+                pk.dk_t + t.j0, g.ldt, true);
+  }
+}
+
 // One query head's backward over its query tiles from row i_lo up to i_hi, each against the
 // key tiles from j_lo up to j_hi that it sees (tile boundaries all). out_head, dq_head: the
 // head's first row of out (ldo apart) and of dq (ldq apart); lse: the head's log-sum-exp.
@@ -601,16 +828,19 @@ void backward_head(Tiles& tl, const Geometry& g, const Packs& pk, float scale,
   for (int i0 = i_lo; i0 < i_hi; i0 += kQTile) {
     const int nq = std::min(kQTile, g.T - i0);
     for (int r = 0; r < nq; ++r)
-      delta[r] = dot_bf16_row(pk.dout_rows + static_cast<size_t>(i0 + r) * g.hp2,
+      delta[r] = dot_bf16_row(pk.dout_rows + static_cast<size_t>(i0 + r) * g.rs,
                               out_head + (i0 + r) * ldo, hd);
-    if constexpr (kDq) std::fill(tl.acc, tl.acc + nq * hd, 0.0f);
+    if constexpr (kDq) std::fill(tl.acc, tl.acc + (g.amx ? kQTile : nq) * g.ldv, 0.0f);
     for (int j0 = j_lo; j0 < std::min(j_hi, i0 + nq); j0 += kKTile) {
       const TileStep t{i0, nq, j0, std::min(kKTile, i0 + nq - j0), scale};
-      backward_step<G>(tl, t, g, pk, delta, lse + i0);
+      if (g.amx)
+        backward_step_amx<G>(tl, t, g, pk, delta, lse + i0);
+      else
+        backward_step<G>(tl, t, g, pk, delta, lse + i0);
     }
     if constexpr (kDq)
       for (int r = 0; r < nq; ++r)
-        std::copy(tl.acc + r * hd, tl.acc + (r + 1) * hd, dq_head + (i0 + r) * ldq);
+        std::copy(tl.acc + r * g.ldv, tl.acc + r * g.ldv + hd, dq_head + (i0 + r) * ldq);
   }
 }
 
@@ -630,10 +860,11 @@ int run_start(int p, int runs, int tiles, Work work) {
 // kv_stride); dout has out_stride.
 void backward_core(float* dq, float* dk, float* dv, const float* dout, const float* q,
                    const float* k, const float* v, const float* out, const float* lse,
-                   const AttentionLayout& L, float* workspace, int threads) {
+                   const AttentionLayout& L, float* workspace, int threads, Bf16Products products) {
   const int T = L.T, hd = L.hd, group = L.group();
   const float scale = L.scale();
-  const Geometry g = checked_geometry(L, threads);
+  const Geometry g = checked_geometry(L, threads, products);
+  const size_t share = per_thread_floats(T, hd);
   // A task of the first schedule is a (sequence, kv head) pair: it owns its dk, dv rows, which
   // sum over the group's query heads (in head order, then query tiles) in fp32 accumulators no
   // other thread touches, and its heads' dq rows (summed over key tiles).
@@ -652,15 +883,16 @@ void backward_core(float* dq, float* dk, float* dv, const float* dout, const flo
   auto query_work = [&](int t) { return std::min(T, (t + 1) * kQTile); };
 #pragma omp parallel
   {
-    const Packs pk(workspace + g.per_thread() * omp_get_thread_num(), g);
+    const Packs pk(workspace + share * omp_get_thread_num(), g);
     Tiles tl;
+    if (g.amx) configure_tiles();
     // Rows [r0, r1) of query head h's q and dout as the score products read them, and with
     // for_dkv also as the A operands of dK and dV.
     auto pack_query_head = [&](int b, int h, int r0, int r1, bool for_dkv) {
       const float *qh = q + L.q_at(b, h), *oh = dout + L.out_at(b, h);
-      pack_rows(pk.q_rows + static_cast<size_t>(r0) * g.hp2,
+      pack_rows(pk.q_rows + static_cast<size_t>(r0) * g.rs, g.rs,
                 qh + static_cast<size_t>(r0) * L.q_stride, L.q_stride, r1 - r0, hd);
-      pack_rows(pk.dout_rows + static_cast<size_t>(r0) * g.hp2,
+      pack_rows(pk.dout_rows + static_cast<size_t>(r0) * g.rs, g.rs,
                 oh + static_cast<size_t>(r0) * L.out_stride, L.out_stride, r1 - r0, hd);
       if (for_dkv) {
         pack_vnni_transposed(pk.q_vnni_t, pk.tmp_vnni, qh, L.q_stride, g, r0, r1);
@@ -683,7 +915,7 @@ void backward_core(float* dq, float* dk, float* dv, const float* dout, const flo
       for (int b = 0; b < L.B; ++b)
         for (int kvh = 0; kvh < L.KVH; ++kvh) {
           pack_kv_head(b, kvh, 0, T);
-          pack_vnni(pk.kv_vnni, hd, k + L.kv_at(b, kvh), L.kv_stride, T, hd);
+          pack_vnni_padded(pk.kv_vnni, g, k + L.kv_at(b, kvh), L.kv_stride, T);
           std::fill(pk.dk_t, pk.dk_t + g.acc_t(), 0.0f);
           std::fill(pk.dv_t, pk.dv_t + g.acc_t(), 0.0f);
           for (int h = kvh * group; h < (kvh + 1) * group; ++h) {
@@ -726,42 +958,44 @@ void backward_core(float* dq, float* dk, float* dv, const float* dout, const flo
             if (i_lo >= i_hi) continue;
             const int kvh = h / group;  // the keys these queries see: up to their last row
             pack_kv_head(b, kvh, 0, i_hi);
-            pack_vnni(pk.kv_vnni, hd, k + L.kv_at(b, kvh), L.kv_stride, i_hi, hd);
+            pack_vnni_padded(pk.kv_vnni, g, k + L.kv_at(b, kvh), L.kv_stride, i_hi);
             pack_query_head(b, h, i_lo, i_hi, false);
             backward_head<Grads::kQuery>(tl, g, pk, scale, out + L.out_at(b, h), L.out_stride,
                                          lse + L.lse_at(b, h), dq + L.q_at(b, h), L.q_stride, i_lo,
                                          i_hi, 0, T);
           }
     }
+    if (g.amx) _tile_release();
   }
 }
 
 }  // namespace
 
 void attention_forward_bf16(float* out, float* saved, const float* qkv, int B, int T, int C, int NH,
-                            float* workspace, int threads) {
+                            float* workspace, int threads, Bf16Products products) {
   forward_core(out, saved, qkv, qkv + C, qkv + 2 * C, AttentionLayout::qkv(B, T, C, NH), workspace,
-               threads);
+               threads, products);
 }
 
 void attention_backward_bf16(float* dqkv, const float* dout, const float* qkv, const float* out,
                              const float* saved, int B, int T, int C, int NH, float* workspace,
-                             int threads) {
+                             int threads, Bf16Products products) {
   backward_core(dqkv, dqkv + C, dqkv + 2 * C, dout, qkv, qkv + C, qkv + 2 * C, out, saved,
-                AttentionLayout::qkv(B, T, C, NH), workspace, threads);
+                AttentionLayout::qkv(B, T, C, NH), workspace, threads, products);
 }
 
 void gqa_attention_forward_bf16(float* out, float* saved, const float* q, const float* k,
-                                const float* v, const GqaShape& s, float* workspace, int threads) {
-  forward_core(out, saved, q, k, v, AttentionLayout::separate(s), workspace, threads);
+                                const float* v, const GqaShape& s, float* workspace, int threads,
+                                Bf16Products products) {
+  forward_core(out, saved, q, k, v, AttentionLayout::separate(s), workspace, threads, products);
 }
 
 void gqa_attention_backward_bf16(float* dq, float* dk, float* dv, const float* dout, const float* q,
                                  const float* k, const float* v, const float* out,
                                  const float* saved, const GqaShape& s, float* workspace,
-                                 int threads) {
+                                 int threads, Bf16Products products) {
   backward_core(dq, dk, dv, dout, q, k, v, out, saved, AttentionLayout::separate(s), workspace,
-                threads);
+                threads, products);
 }
 
 }  // namespace forge::kernels::cpu

@@ -47,8 +47,11 @@ class Bf16Numerics final : public Numerics {
                          fast_->arithmetic(),
                          native_switched_off() ? "FORGE_BF16_NATIVE=0"
                                                : "oneDNN finds no bf16 dot products on this CPU");
-    return fmt::format("{}; bf16 dot products in oneDNN's bf16 GEMMs, {} attention",
-                       fast_->arithmetic(), bf16_attention_ ? "bf16" : "fp32");
+    return fmt::format(
+        "{}; bf16 dot products in oneDNN's bf16 GEMMs, {} attention", fast_->arithmetic(),
+        !bf16_attention_                                             ? "fp32"
+        : k::attention_bf16_products() == k::Bf16Products::kAmxTiles ? "bf16 (AMX tiles)"
+                                                                     : "bf16 (VDPBF16PS)");
   }
 
   bool flushes_subnormals() const override { return fast_->flushes_subnormals(); }

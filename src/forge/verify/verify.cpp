@@ -400,8 +400,9 @@ int run_verify(const VerifyOptions& o) {
   // The switches that choose the engine's kernels (README, environment switches) and
   // oneDNN's: inherited by every child anyway; named here so that commands.sh replays them.
   std::string kernel_env;
-  for (const char* name : {"FORGE_CPU_ISA", "FORGE_BF16_NATIVE", "FORGE_HUGE_PAGES",
-                           "FORGE_FLUSH_SUBNORMALS", "DNNL_MAX_CPU_ISA", "ONEDNN_MAX_CPU_ISA"})
+  for (const char* name :
+       {"FORGE_CPU_ISA", "FORGE_BF16_NATIVE", "FORGE_HUGE_PAGES", "FORGE_FLUSH_SUBNORMALS",
+        "FORGE_BF16_AMX", "DNNL_MAX_CPU_ISA", "ONEDNN_MAX_CPU_ISA"})
     if (const char* v = std::getenv(name); v && *v) {
       r.env[name] = v;
       kernel_env += fmt::format("{}{}={}", kernel_env.empty() ? "" : ", ", name, v);
