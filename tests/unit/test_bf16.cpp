@@ -406,7 +406,8 @@ TEST(Bf16, NativeGemmMatchesFloat64OnEveryTranspose) {
 TEST(Bf16, GradientOperandsMatchScalarBitForBit) {
   // Awkward sizes: partial 32-row bands and 16-column blocks, more columns than one thread's
   // 512-column accumulator run, and values the rounding treats specially. Every element of g
-  // and gt is compared, so one landing at the wrong place, or not written, fails.
+  // and gt is compared, so one landing at the wrong place, or not written, fails. The same
+  // for bf16_gradient_rows (g and dbias without gt, the path for oneDNN on AMX).
   for_each_isa([&] {
     for (auto [N, OC] : {std::pair{1, 1}, std::pair{16, 16}, std::pair{17, 15}, std::pair{33, 48},
                          std::pair{45, 301}, std::pair{96, 32}, std::pair{130, 1100},
@@ -428,25 +429,31 @@ TEST(Bf16, GradientOperandsMatchScalarBitForBit) {
           dout[i * 97] = specials[i];
         std::vector<uint16_t> g(dout.size(), 1), gt(dout.size(), 2), g_ref(dout.size()),
             gt_ref(dout.size());
-        std::vector<float> dbias(OC, 5.0f), dbias_ref(OC);
+        std::vector<uint16_t> g_rows(dout.size(), 3);
+        std::vector<float> dbias(OC, 5.0f), dbias_rows(OC, 5.0f), dbias_ref(OC);
         cpu::bf16_gradient_operands(g.data(), gt.data(), with_bias ? dbias.data() : nullptr,
                                     dout.data(), N, OC);
+        cpu::bf16_gradient_rows(g_rows.data(), with_bias ? dbias_rows.data() : nullptr, dout.data(),
+                                N, OC);
         scalar::bf16_gradient_operands(g_ref.data(), gt_ref.data(), dbias_ref.data(), dout.data(),
                                        N, OC);
         for (size_t i = 0; i < gt.size(); ++i) {
           ASSERT_EQ(gt[i], gt_ref[i])
               << "gt[" << i << "] (column " << i % N << " of row " << i / N << ")";
           ASSERT_EQ(g[i], g_ref[i]) << "g[" << i << "] of " << dout[i];
+          ASSERT_EQ(g_rows[i], g_ref[i]) << "rows: g[" << i << "] of " << dout[i];
         }
         for (int o = 0; o < OC; ++o) {
-          if (!with_bias) {
-            ASSERT_EQ(dbias[o], 5.0f) << "dbias written without a bias";
-            continue;
-          }
-          if (std::isnan(dbias_ref[o])) {
-            ASSERT_TRUE(std::isnan(dbias[o])) << "dbias[" << o << "]";
-          } else {
-            ASSERT_EQ(to_bits(dbias[o]), to_bits(dbias_ref[o])) << "dbias[" << o << "]";
+          for (const std::vector<float>* sums : {&dbias, &dbias_rows}) {
+            if (!with_bias) {
+              ASSERT_EQ((*sums)[o], 5.0f) << "dbias written without a bias";
+              continue;
+            }
+            if (std::isnan(dbias_ref[o])) {
+              ASSERT_TRUE(std::isnan((*sums)[o])) << "dbias[" << o << "]";
+            } else {
+              ASSERT_EQ(to_bits((*sums)[o]), to_bits(dbias_ref[o])) << "dbias[" << o << "]";
+            }
           }
         }
       }

@@ -375,7 +375,24 @@ void bf16_gradient_operands(uint16_t* g, uint16_t* gt, float* dbias, const float
   }
 }
 
+void bf16_gradient_rows(uint16_t* g, float* dbias, const float* dout, int N, int OC) {
+  if (!dbias) {
+    to_bf16(g, dout, static_cast<size_t>(N) * OC);
+    return;
+  }
+  column_sums(dbias, dout, N, OC, [&](int n, int o0, int o1) {
+    const size_t at = static_cast<size_t>(n) * OC + o0;
+    to_bf16(g + at, dout + at, static_cast<size_t>(o1 - o0));
+  });
+}
+
 #ifdef FORGE_HAVE_DNNL
+
+bool bf16_gemm_on_amx() {
+  static const bool yes =
+      native_bf16_available() && dnnl_get_effective_cpu_isa() >= dnnl_cpu_isa_avx512_core_amx;
+  return yes;
+}
 
 bool native_bf16_available() {
   static const bool yes = [] {
@@ -408,6 +425,8 @@ void gemm_bf16(bool, bool, int, int, int, const uint16_t*, int, const uint16_t*,
 
 size_t gemm_bf16_blocked_b_floats(int, int) { return 0; }
 
+bool bf16_gemm_on_amx() { return false; }
+
 #endif
 
 namespace {
@@ -417,18 +436,25 @@ namespace {
 // else bf16-rounded values left in fp32 into the fp32 GEMM (the same products, see the header).
 struct NativeBf16 {
   using Operand = uint16_t;
-  // oneDNN 2.6's bf16 matmul runs dout^T @ inp slower with dout^T read through strides
-  // than from a transposed copy (bench_kernels gemm/onednn_bf16/*/dweight vs dweight_nn), and
-  // dout @ W slower from that copy through strides than from dout's own layout (dinp_tn vs
-  // dinp: 3-8% on most shapes of small and gpt2-124m). So backward makes both, in one pass
-  // over dout that also sums the bias gradient (bf16_gradient_operands).
-  static constexpr bool kTransposedGradient = true;
+  // oneDNN 2.6's bf16 matmul on avx512_bf16 (Zen 4) runs dout^T @ inp slower with dout^T
+  // read through strides than from a transposed copy (bench_kernels
+  // gemm/onednn_bf16/*/dweight vs dweight_nn), and dout @ W slower from that copy through
+  // strides than from dout's own layout (dinp_tn vs dinp: 3-8% on most shapes of small and
+  // gpt2-124m). So backward makes both, in one pass over dout that also sums the bias
+  // gradient (bf16_gradient_operands). On AMX it is the other way round: dweight through
+  // strides ran faster than from the copy on every shape of small (1.3-2.4x), so there dout
+  // is only rounded (bf16_gradient_rows).
+  static bool transposed_gradient() { return !bf16_gemm_on_amx(); }
+  static constexpr bool kMayTransposeGradient = true;
   // The forward's weight goes through gemm_bf16's b_blocked.
   static size_t blocked_weight_floats(int IC, int OC) { return gemm_bf16_blocked_b_floats(IC, OC); }
   static void convert(Operand* out, const float* in, size_t n) { to_bf16(out, in, n); }
   static void convert_gradient(Operand* g, Operand* gt, float* dbias, const float* dout, int N,
                                int OC) {
-    bf16_gradient_operands(g, gt, dbias, dout, N, OC);
+    if (transposed_gradient())
+      bf16_gradient_operands(g, gt, dbias, dout, N, OC);
+    else
+      bf16_gradient_rows(g, dbias, dout, N, OC);
   }
   static void multiply(bool ta, bool tb, int M, int N, int K, const Operand* A, int lda,
                        const Operand* B, int ldb, float* C, int ldc, const float* bias,
@@ -439,7 +465,8 @@ struct NativeBf16 {
 
 struct RoundedFp32 {
   using Operand = float;
-  static constexpr bool kTransposedGradient = false;
+  static bool transposed_gradient() { return false; }
+  static constexpr bool kMayTransposeGradient = false;
   static size_t blocked_weight_floats(int, int) { return 0; }  // the fp32 GEMM packs its own
   static void convert(Operand* out, const float* in, size_t n) { round_bf16(out, in, n); }
   // g = bf16(dout), as fp32 values, and when dbias is given, dbias = column sums of the
@@ -512,7 +539,7 @@ void backward_on(float* dinp, float* dweight, float* dbias, const float* dout, c
   const size_t g_floats = operand_floats<Path>(static_cast<size_t>(N) * OC);
   T* g = reinterpret_cast<T*>(scratch);
   T* gt = reinterpret_cast<T*>(scratch + g_floats);  // dout^T, where the path wants it
-  float* rest = scratch + (Path::kTransposedGradient ? 2 : 1) * g_floats;
+  float* rest = scratch + (Path::kMayTransposeGradient ? 2 : 1) * g_floats;
   T* x = reinterpret_cast<T*>(saved ? const_cast<float*>(saved) : rest);
   if (!saved) Path::convert(x, inp, static_cast<size_t>(N) * IC);
   Path::convert_gradient(g, gt, dbias, dout, N, OC);
@@ -525,7 +552,7 @@ void backward_on(float* dinp, float* dweight, float* dbias, const float* dout, c
     }
     Path::multiply(false, false, N, IC, OC, g, OC, w, IC, dinp, IC, nullptr);  // dout @ W
   }
-  if constexpr (Path::kTransposedGradient)
+  if (Path::transposed_gradient())
     Path::multiply(false, false, OC, IC, N, gt, N, x, IC, dweight, IC, nullptr);
   else
     Path::multiply(true, false, OC, IC, N, g, OC, x, IC, dweight, IC, nullptr);  // dout^T @ inp
@@ -535,7 +562,7 @@ template <typename Path>
 size_t scratch_floats(int N, int IC, int OC, bool weight_operand_given) {
   const size_t g = operand_floats<Path>(static_cast<size_t>(N) * OC);
   const size_t w = weight_operand_given ? 0 : operand_floats<Path>(static_cast<size_t>(OC) * IC);
-  const size_t backward = (Path::kTransposedGradient ? 2 : 1) * g + saved_floats<Path>(N, IC) + w;
+  const size_t backward = (Path::kMayTransposeGradient ? 2 : 1) * g + saved_floats<Path>(N, IC) + w;
   return std::max(backward, forward_scratch_floats<Path>(N, IC, OC));
 }
 

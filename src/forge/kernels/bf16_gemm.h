@@ -69,6 +69,11 @@ void to_bf16(uint16_t* out, const float* in, size_t n);
 void bf16_gradient_operands(uint16_t* g, uint16_t* gt, float* dbias, const float* dout, int N,
                             int OC);
 
+// scalar::bf16_gradient_operands without gt: g and, when dbias is not null, dbias, in one read
+// of dout (for oneDNN on AMX, which reads dout transposed through strides faster than from a
+// transposed copy). Same bits as g and dbias there.
+void bf16_gradient_rows(uint16_t* g, float* dbias, const float* dout, int N, int OC);
+
 // True when this CPU has bf16 dot-product instructions (avx512_bf16, AMX) and oneDNN can use
 // them: the linear kernels then multiply packed bf16 operands natively (about twice the fp32
 // rate) instead of running the fp32 GEMM over rounded values. FORGE_BF16_NATIVE=0 turns it
@@ -84,6 +89,8 @@ void gemm_bf16(bool transA, bool transB, int M, int N, int K, const uint16_t* A,
                const uint16_t* B, int ldb, float beta, float* C, int ldc,
                const float* bias = nullptr, void* b_blocked = nullptr);
 size_t gemm_bf16_blocked_b_floats(int K, int N);
+// True when oneDNN runs gemm_bf16 on AMX tiles (its effective ISA has them).
+bool bf16_gemm_on_amx();
 
 // Scratch the two linear kernels need, in floats, for shapes up to N x IC x OC; less when
 // every call passes a weight_operand (below), which then needs no room here.
