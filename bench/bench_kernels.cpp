@@ -20,6 +20,8 @@
 #include "forge/kernels/attention.h"
 #include "forge/kernels/attention_bf16.h"
 #include "forge/kernels/bf16_gemm.h"
+#include "forge/kernels/cpu/amx.h"
+#include "forge/kernels/cpu/amx_gemm.h"
 #ifdef FORGE_HAVE_DNNL
 #include "forge/kernels/cpu/onednn_matmul.h"
 #endif
@@ -156,6 +158,33 @@ void BM_GemmBf16(benchmark::State& state, LinearShape s, Pass p, bool dweight_nn
   for (auto _ : state) {
     cpu::gemm_bf16(g.transA, g.transB, g.M, g.N, g.K, a.data(), g.lda, b.data(), g.ldb, 0.0f, g.C,
                    g.N);
+    benchmark::ClobberMemory();
+  }
+  set_gemm_counters(state, g);
+}
+
+// The forward x W^T + bias on forge's AMX kernel (cpu/amx_gemm.h) as the bf16 profile runs it:
+// the weight packed into the kernel's tiles on every call (counted), against
+// gemm/onednn_bf16_blocked/*/fwd (oneDNN with its reorder) and gemm/onednn_bf16/*/fwd.
+void BM_GemmAmx(benchmark::State& state, LinearShape s) {
+  if (!cpu::amx_tiles_available()) {
+    state.SkipWithError("no usable AMX tiles on this CPU");
+    return;
+  }
+  if (!cpu::amx_linear_fits(s.N, s.OC, s.IC)) {
+    state.SkipWithError("not whole AMX tiles");
+    return;
+  }
+  LinearBuffers buf(s);
+  const GemmProblem g = buf.problem(s, Pass::kForward);
+  std::vector<uint16_t> x(size_t(s.N) * s.IC), w(size_t(s.OC) * s.IC);
+  cpu::to_bf16(x.data(), g.A, x.size());
+  cpu::to_bf16(w.data(), g.B, w.size());
+  const auto bias = random_floats(s.OC, 9);
+  std::vector<float> packed(cpu::amx_packed_weight_floats(s.OC, s.IC));
+  for (auto _ : state) {
+    cpu::amx_pack_weight(packed.data(), w.data(), s.OC, s.IC);
+    cpu::amx_linear_forward(g.C, x.data(), packed.data(), bias.data(), s.N, s.OC, s.IC);
     benchmark::ClobberMemory();
   }
   set_gemm_counters(state, g);
@@ -550,6 +579,7 @@ void register_all() {
 #endif
       add("gemm/forge/" + suffix, BM_GemmVia, s, p, cpu::GemmBackend::kForge);
       add("gemm/onednn_bf16/" + suffix, BM_GemmBf16, s, p, false, false);
+      if (p == Pass::kForward) add("gemm/amx_bf16/" + suffix, BM_GemmAmx, s);
     }
   for (const LinearShape& s : kShapes) {
     const std::string n = s.name;

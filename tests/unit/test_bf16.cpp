@@ -1,6 +1,7 @@
 // The bf16 kernels: fp32->bf16 rounding against an independent round-to-nearest-even
 // reference, and the bf16 linear layer against float64 math over the bf16-rounded operands.
 #include <gtest/gtest.h>
+#include <omp.h>
 
 #include <cmath>
 #include <cstdint>
@@ -8,10 +9,13 @@
 #include <functional>
 #include <limits>
 #include <random>
+#include <tuple>
 #include <vector>
 
 #include "forge/core/error.h"
 #include "forge/kernels/bf16_gemm.h"
+#include "forge/kernels/cpu/amx.h"
+#include "forge/kernels/cpu/amx_gemm.h"
 #include "forge/kernels/cpu/dispatch.h"
 #include "forge/kernels/linear.h"
 #include "forge/numerics/numerics.h"
@@ -241,6 +245,57 @@ TEST(Bf16, LinearMatchesFloat64OnRoundedOperands) {
   check_bf16_linear(1, 3, 1, true, true);
   // Large enough for the threaded rounding and the GEMM's blocked paths (K > 256).
   check_bf16_linear(300, 257, 129, true, true);
+  // Whole AMX tiles: on AMX the forward runs on forge's kernel (cpu/amx_gemm.h).
+  check_bf16_linear(64, 96, 160, true, true);
+  check_bf16_linear(96, 32, 64, false, false);
+}
+
+// The AMX forward product against float64 on the same bf16 operands: fp32 accumulation's
+// error only, every element written, and the same bits on 1, 2 and 3 threads. Shapes: one
+// tile block, several blocks each way (more row blocks than threads, and fewer), K long enough
+// for many K steps, and columns wider than one pass over x (columns_per_pass).
+TEST(AmxGemm, LinearForwardMatchesFloat64OnEveryTeam) {
+  if (!cpu::amx_tiles_available()) GTEST_SKIP() << "no usable AMX tiles on this CPU";
+  EXPECT_FALSE(cpu::amx_linear_fits(32, 48, 32));
+  EXPECT_FALSE(cpu::amx_linear_fits(33, 32, 32));
+  EXPECT_FALSE(cpu::amx_linear_fits(32, 32, 0));
+  const int saved_threads = omp_get_max_threads();
+  for (auto [M, N, K] : {std::tuple{32, 32, 32}, std::tuple{96, 64, 160}, std::tuple{32, 160, 64},
+                         std::tuple{256, 96, 1536}, std::tuple{64, 1088, 1024}}) {
+    for (bool with_bias : {true, false}) {
+      SCOPED_TRACE(testing::Message()
+                   << M << " x " << N << " x " << K << (with_bias ? " bias" : ""));
+      ASSERT_TRUE(cpu::amx_linear_fits(M, N, K));
+      const Floats x = random_floats(size_t(M) * K, 80), w = random_floats(size_t(N) * K, 81),
+                   b = random_floats(N, 82);
+      std::vector<uint16_t> xb(x.size()), wb(w.size());
+      cpu::to_bf16(xb.data(), x.data(), x.size());
+      cpu::to_bf16(wb.data(), w.data(), w.size());
+      Floats packed(cpu::amx_packed_weight_floats(N, K));
+      cpu::amx_pack_weight(packed.data(), wb.data(), N, K);
+      std::vector<double> want(size_t(M) * N);
+      scalar::bf16_linear_forward(want.data(), x.data(), w.data(), with_bias ? b.data() : nullptr,
+                                  M, K, N);
+      std::vector<Floats> outs;
+      for (int threads = 1; threads <= 3; ++threads) {
+        omp_set_num_threads(threads);
+        Floats out(size_t(M) * N, std::numeric_limits<float>::quiet_NaN());
+        cpu::amx_linear_forward(out.data(), xb.data(), packed.data(),
+                                with_bias ? b.data() : nullptr, M, N, K);
+        outs.push_back(std::move(out));
+      }
+      omp_set_num_threads(saved_threads);
+      double worst = 0.0;
+      for (size_t i = 0; i < want.size(); ++i) {
+        ASSERT_FALSE(std::isnan(outs[0][i])) << "element " << i << " not written";
+        worst = std::max(worst, std::fabs(outs[0][i] - want[i]) / (1.0 + std::fabs(want[i])));
+      }
+      // K products of unit-scale operands, summed in fp32: errors of a few ulp of the sum.
+      EXPECT_LT(worst, 1e-5 * std::sqrt(double(K)));
+      EXPECT_EQ(outs[1], outs[0]);
+      EXPECT_EQ(outs[2], outs[0]);
+    }
+  }
 }
 
 // A GPT-2-like step of 2 x 5 tokens, C = 12, 3 heads, for the profile tests.

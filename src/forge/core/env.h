@@ -18,7 +18,8 @@ inline bool env_switch(const char* name, bool unset) {
   fail("environment {}: expected 0 or 1, got '{}'", name, v);
 }
 
-// FORGE_BF16_AMX: the bf16 attention on AMX tiles where the CPU has them (default 1).
+// FORGE_BF16_AMX: forge's own AMX kernels in the bf16 profile where the CPU has AMX (the
+// attention, the linear layers' forward product); 0 keeps VDPBF16PS and oneDNN (default 1).
 bool bf16_amx_requested();
 
 // Reads every on/off switch once, at start-up: read lazily, a bad value would fail only

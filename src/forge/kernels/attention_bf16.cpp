@@ -1,10 +1,7 @@
 #include "forge/kernels/attention_bf16.h"
 
-#include <cpuid.h>
 #include <immintrin.h>
 #include <omp.h>
-#include <sys/syscall.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <cmath>
@@ -16,6 +13,7 @@
 #include "forge/core/error.h"
 #include "forge/kernels/attention.h"
 #include "forge/kernels/bf16_gemm.h"
+#include "forge/kernels/cpu/amx.h"
 #include "forge/kernels/cpu/dispatch.h"
 #include "forge/kernels/cpu/simd.h"
 #include "forge/kernels/gqa_attention.h"
@@ -73,19 +71,6 @@ size_t per_thread_floats(int T, int hd) {
 bool attention_bf16_available() {
   static const bool cpu = __builtin_cpu_supports("avx512bf16");
   return cpu && active_isa() == Isa::kAvx512;
-}
-
-bool amx_tiles_available() {
-  static const bool usable = [] {
-    unsigned a = 0, b = 0, c = 0, d = 0;
-    if (!__get_cpuid_count(7, 0, &a, &b, &c, &d)) return false;
-    const bool tiles = d & (1u << 24), bf16 = d & (1u << 22);  // AMX-TILE, AMX-BF16
-    if (!tiles || !bf16) return false;
-    // Linux (5.16 on) gives a process the tiles' register state only when it asks for it.
-    constexpr long kRequestPermission = 0x1023, kTileData = 18;  // ARCH_REQ_XCOMP_PERM, XTILEDATA
-    return syscall(SYS_arch_prctl, kRequestPermission, kTileData) == 0;
-  }();
-  return usable;
 }
 
 Bf16Products attention_bf16_products() {
@@ -275,20 +260,6 @@ void gemm_acc(int M, int N, int K2, const uint32_t* A, size_t lda, const uint32_
 // (pairs along K), a B tile 16 rows of pairs by 16 columns, and TDPBF16PS adds their product to
 // a 16 x 16 fp32 tile. One configuration serves every product: tiles 0-3 hold a 32 x 32 block
 // of C, 4-5 two A tiles, 6-7 two B tiles, all full size.
-
-struct alignas(64) TileConfig {
-  uint8_t palette = 1, start_row = 0;
-  uint8_t reserved[14] = {};
-  uint16_t bytes_per_row[16] = {};
-  uint8_t rows[16] = {};
-};
-
-// Per thread: the tile registers are the thread's state, configured on each entry.
-void configure_tiles() {
-  TileConfig config;
-  for (int t = 0; t < 8; ++t) config.bytes_per_row[t] = 64, config.rows[t] = 16;
-  _tile_loadconfig(&config);
-}
 
 // A block of MT x NT tiles of C (MT, NT = 1 or 2) over K2 words rounded up to 16.
 template <int MT, int NT>
@@ -709,7 +680,7 @@ void forward_core(float* out, float* lse, const float* q, const float* k, const 
                          lse + L.lse_at(b, h));
           }
         }
-    if (g.amx) _tile_release();
+    if (g.amx) release_tiles();
   }
 }
 
@@ -965,7 +936,7 @@ void backward_core(float* dq, float* dk, float* dv, const float* dout, const flo
                                          i_hi, 0, T);
           }
     }
-    if (g.amx) _tile_release();
+    if (g.amx) release_tiles();
   }
 }
 

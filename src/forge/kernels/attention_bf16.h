@@ -25,6 +25,7 @@
 
 #include <cstddef>
 
+#include "forge/kernels/cpu/amx.h"  // amx_tiles_available
 #include "forge/kernels/gqa_attention.h"
 
 namespace forge::kernels::cpu {
@@ -35,8 +36,6 @@ bool attention_bf16_available();
 // What multiplies the bf16 operands: VDPBF16PS on AVX-512 registers, or AMX tiles.
 enum class Bf16Products { kDotProducts, kAmxTiles };
 
-// True when the CPU has AMX with bf16 and Linux lets this process use its tiles.
-bool amx_tiles_available();
 // AMX tiles where available, unless FORGE_BF16_AMX=0; else VDPBF16PS.
 Bf16Products attention_bf16_products();
 

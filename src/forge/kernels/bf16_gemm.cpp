@@ -14,7 +14,10 @@
 #include "forge/kernels/cpu/onednn_matmul.h"
 #endif
 
+#include "forge/core/env.h"
 #include "forge/core/error.h"
+#include "forge/kernels/cpu/amx.h"
+#include "forge/kernels/cpu/amx_gemm.h"
 #include "forge/kernels/cpu/dispatch.h"
 #include "forge/kernels/cpu/thread_share.h"
 #include "forge/kernels/gemm.h"
@@ -394,6 +397,11 @@ bool bf16_gemm_on_amx() {
   return yes;
 }
 
+bool amx_linear_forward_runs(int M, int N, int K) {
+  return bf16_gemm_on_amx() && amx_tiles_available() && bf16_amx_requested() &&
+         amx_linear_fits(M, N, K);
+}
+
 bool native_bf16_available() {
   static const bool yes = [] {
     if (const char* v = std::getenv("FORGE_BF16_NATIVE"); v && std::string(v) == "0") return false;
@@ -427,6 +435,8 @@ size_t gemm_bf16_blocked_b_floats(int, int) { return 0; }
 
 bool bf16_gemm_on_amx() { return false; }
 
+bool amx_linear_forward_runs(int, int, int) { return false; }
+
 #endif
 
 namespace {
@@ -456,9 +466,17 @@ struct NativeBf16 {
     else
       bf16_gradient_rows(g, dbias, dout, N, OC);
   }
+  // The forward (x W^T, b_blocked given) on forge's AMX kernel where it takes the shape
+  // (cpu/amx_gemm.h), the weight packed into b_blocked's room; else oneDNN.
   static void multiply(bool ta, bool tb, int M, int N, int K, const Operand* A, int lda,
                        const Operand* B, int ldb, float* C, int ldc, const float* bias,
                        float* b_blocked = nullptr) {
+    if (!ta && tb && b_blocked && lda == K && ldb == K && ldc == N &&
+        amx_linear_forward_runs(M, N, K)) {
+      amx_pack_weight(b_blocked, B, N, K);
+      amx_linear_forward(C, A, b_blocked, bias, M, N, K);
+      return;
+    }
     gemm_bf16(ta, tb, M, N, K, A, lda, B, ldb, 0.0f, C, ldc, bias, b_blocked);
   }
 };
