@@ -184,7 +184,7 @@ void BM_GemmAmx(benchmark::State& state, LinearShape s) {
   std::vector<float> packed(cpu::amx_packed_weight_floats(s.OC, s.IC));
   for (auto _ : state) {
     cpu::amx_pack_weight(packed.data(), w.data(), s.OC, s.IC);
-    cpu::amx_matmul(g.C, x.data(), packed.data(), bias.data(), s.N, s.OC, s.IC);
+    cpu::amx_linear_forward(g.C, x.data(), packed.data(), bias.data(), s.N, s.OC, s.IC);
     benchmark::ClobberMemory();
   }
   set_gemm_counters(state, g);

@@ -397,7 +397,7 @@ bool bf16_gemm_on_amx() {
   return yes;
 }
 
-bool amx_linear_runs(int M, int N, int K) {
+bool amx_linear_forward_runs(int M, int N, int K) {
   return bf16_gemm_on_amx() && amx_tiles_available() && bf16_amx_requested() &&
          amx_linear_fits(M, N, K);
 }
@@ -435,7 +435,7 @@ size_t gemm_bf16_blocked_b_floats(int, int) { return 0; }
 
 bool bf16_gemm_on_amx() { return false; }
 
-bool amx_linear_runs(int, int, int) { return false; }
+bool amx_linear_forward_runs(int, int, int) { return false; }
 
 #endif
 
@@ -466,19 +466,15 @@ struct NativeBf16 {
     else
       bf16_gradient_rows(g, dbias, dout, N, OC);
   }
-  // The products with the weight as B (forward x W^T, dinp dout W) on forge's AMX kernel
-  // where it takes the shape (cpu/amx_gemm.h), the weight packed into amx_room (given with
-  // room for amx_packed_weight_floats); else oneDNN, with b_blocked (cpu/onednn_matmul.h).
+  // The forward (x W^T, b_blocked given) on forge's AMX kernel where it takes the shape
+  // (cpu/amx_gemm.h), the weight packed into b_blocked's room; else oneDNN.
   static void multiply(bool ta, bool tb, int M, int N, int K, const Operand* A, int lda,
                        const Operand* B, int ldb, float* C, int ldc, const float* bias,
-                       float* b_blocked = nullptr, float* amx_room = nullptr) {
-    if (amx_room && !ta && lda == K && ldb == (tb ? K : N) && ldc == N &&
-        amx_linear_runs(M, N, K)) {
-      if (tb)
-        amx_pack_weight(amx_room, B, N, K);
-      else
-        amx_pack_weight_for_dinp(amx_room, B, K, N);
-      amx_matmul(C, A, amx_room, bias, M, N, K);
+                       float* b_blocked = nullptr) {
+    if (!ta && tb && b_blocked && lda == K && ldb == K && ldc == N &&
+        amx_linear_forward_runs(M, N, K)) {
+      amx_pack_weight(b_blocked, B, N, K);
+      amx_linear_forward(C, A, b_blocked, bias, M, N, K);
       return;
     }
     gemm_bf16(ta, tb, M, N, K, A, lda, B, ldb, 0.0f, C, ldc, bias, b_blocked);
@@ -506,7 +502,7 @@ struct RoundedFp32 {
   }
   static void multiply(bool ta, bool tb, int M, int N, int K, const Operand* A, int lda,
                        const Operand* B, int ldb, float* C, int ldc, const float* bias,
-                       float* /*b_blocked*/ = nullptr, float* /*amx_room*/ = nullptr) {
+                       float* /*b_blocked*/ = nullptr) {
     float beta = 0.0f;
     if (bias) {
       fill_rows_with_bias(C, bias, M, N);
@@ -550,8 +546,7 @@ void forward_on(float* out, float* saved, const float* inp, const float* weight,
       Path::blocked_weight_floats(IC, OC) > 0 ? scratch + x_floats + w_floats : nullptr;
   if (!(saved && inp_in_saved)) Path::convert(x, inp, static_cast<size_t>(N) * IC);
   Path::convert(w, weight, static_cast<size_t>(OC) * IC);
-  // The blocked room holds the weight packed for AMX too (64-rounded sizes, more than N x K).
-  Path::multiply(false, true, N, OC, IC, x, IC, w, IC, out, OC, bias, blocked, blocked);
+  Path::multiply(false, true, N, OC, IC, x, IC, w, IC, out, OC, bias, blocked);
 }
 
 template <typename Path>
@@ -573,13 +568,7 @@ void backward_on(float* dinp, float* dweight, float* dbias, const float* dout, c
       Path::convert(converted, weight, static_cast<size_t>(OC) * IC);
       w = converted;
     }
-    // On AMX gt's room is free (no transposed copy there): the weight packed for AMX goes
-    // there where it fits (IC <= N).
-    float* amx_room = Path::kMayTransposeGradient && !Path::transposed_gradient() &&
-                              amx_packed_weight_floats(OC, IC) <= g_floats
-                          ? reinterpret_cast<float*>(gt)
-                          : nullptr;
-    Path::multiply(false, false, N, IC, OC, g, OC, w, IC, dinp, IC, nullptr, amx_room);  // dout @ W
+    Path::multiply(false, false, N, IC, OC, g, OC, w, IC, dinp, IC, nullptr);  // dout @ W
   }
   if (Path::transposed_gradient())
     Path::multiply(false, false, OC, IC, N, gt, N, x, IC, dweight, IC, nullptr);

@@ -91,11 +91,9 @@ void gemm_bf16(bool transA, bool transB, int M, int N, int K, const uint16_t* A,
 size_t gemm_bf16_blocked_b_floats(int K, int N);
 // True when oneDNN runs gemm_bf16 on AMX tiles (its effective ISA has them).
 bool bf16_gemm_on_amx();
-// True when a product of the bf16 linear layers with the weight as B, out[M, N] = x[M, K] B,
-// runs on forge's AMX kernel (cpu/amx_gemm.h) instead of oneDNN: on AMX, for whole tiles,
-// unless FORGE_BF16_AMX=0. The forward's always; backward's dout W where the packed weight
-// fits the room the transposed gradient would take (the layer's inputs at most its rows).
-bool amx_linear_runs(int M, int N, int K);
+// True when bf16_linear_forward's product out[M, N] = x[M, K] W[N, K]^T runs on forge's AMX
+// kernel (cpu/amx_gemm.h) instead of oneDNN: on AMX, for whole tiles, unless FORGE_BF16_AMX=0.
+bool amx_linear_forward_runs(int M, int N, int K);
 
 // Scratch the two linear kernels need, in floats, for shapes up to N x IC x OC; less when
 // every call passes a weight_operand (below), which then needs no room here.

@@ -40,11 +40,6 @@ int columns_per_pass(int N, int K) {
 
 #pragma GCC push_options
 #pragma GCC target("avx512f,avx512bw,avx512vl,amx-tile,amx-bf16")
-// GCC 12 reports the deliberately undefined vectors inside its own AVX-512 intrinsics as
-// uninitialised once they are inlined under this target.
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 
 void amx_pack_weight(float* packed, const uint16_t* weight, int N, int K) {
   FORGE_CHECK(amx_linear_fits(32, N, K), "amx_pack_weight: {} x {} is not whole tiles", N, K);
@@ -67,31 +62,10 @@ void amx_pack_weight(float* packed, const uint16_t* weight, int N, int K) {
     }
 }
 
-void amx_pack_weight_for_dinp(float* packed, const uint16_t* weight, int K, int N) {
-  FORGE_CHECK(amx_linear_fits(32, N, K), "amx_pack_weight_for_dinp: {} x {} is not whole tiles", K,
-              N);
-  const int k_tiles = K / 32;
-  auto* out = reinterpret_cast<uint32_t*>(packed);
-  // Word (p, n) of tile (nb, kb) is W[32 kb + 2p][16 nb + n] | W[32 kb + 2p + 1][...] << 16:
-  // two rows' 16 values interleaved.
-#pragma omp parallel for schedule(static)
-  for (int nb = 0; nb < N / 16; ++nb)
-    for (int kb = 0; kb < k_tiles; ++kb) {
-      uint32_t* tile = out + tile_at(nb, kb, k_tiles);
-      for (int p = 0; p < 16; ++p) {
-        const uint16_t* lo = weight + static_cast<size_t>(32 * kb + 2 * p) * N + 16 * nb;
-        const __m512i even =
-            _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(lo)));
-        const __m512i odd =
-            _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(lo + N)));
-        _mm512_storeu_si512(tile + 16 * p, _mm512_or_si512(even, _mm512_slli_epi32(odd, 16)));
-      }
-    }
-}
-
-void amx_matmul(float* out, const uint16_t* x, const float* packed, const float* bias, int M, int N,
-                int K) {
-  FORGE_CHECK(amx_linear_fits(M, N, K), "amx_matmul: {} x {} x {} is not whole tiles", M, N, K);
+void amx_linear_forward(float* out, const uint16_t* x, const float* packed, const float* bias,
+                        int M, int N, int K) {
+  FORGE_CHECK(amx_linear_fits(M, N, K), "amx_linear_forward: {} x {} x {} is not whole tiles", M, N,
+              K);
   const int k_tiles = K / 32, pass = columns_per_pass(N, K);
   const auto* b = reinterpret_cast<const uint32_t*>(packed);
   const size_t a_bytes = static_cast<size_t>(K) * 2, c_bytes = static_cast<size_t>(N) * 4;
@@ -144,7 +118,6 @@ void amx_matmul(float* out, const uint16_t* x, const float* packed, const float*
   }
 }
 
-#pragma GCC diagnostic pop
 #pragma GCC pop_options
 
 }  // namespace forge::kernels::cpu

@@ -1,8 +1,7 @@
-// The bf16 linear layer's products on AMX tiles: out[M, N] = x[M, K] B[K, N] + bias with B the
-// weight packed into tiles: W[N, K]^T for the forward (x W^T), W[K, N] for the input gradient
-// (dout W). x and W are packed bf16 (uint16_t bit patterns, row-major); fp32 accumulation and
-// output. Each output element is summed over k = 0, 1, ..., K-1 in pairs (TDPBF16PS) by one
-// thread, whatever the thread count: the same bits on any team.
+// The bf16 linear layer's forward product on AMX tiles: out[M, N] = x[M, K] W[N, K]^T + bias,
+// x and W as packed bf16 (uint16_t bit patterns, row-major), fp32 accumulation and output.
+// Each output element is summed over k = 0, 1, ..., K-1 in pairs (TDPBF16PS) by one thread,
+// whatever the thread count: the same bits on any team.
 //
 // Why forge's own: in the bf16 step of `small` on an AMX core (Xeon, Emerald Rapids) the
 // linear layers' forward took 31-36 ms per step on it against 41-50 ms on oneDNN 2.6's bf16
@@ -24,15 +23,13 @@ bool amx_linear_fits(int M, int N, int K);
 
 // W packed as the kernel's B tiles read it, in floats: N * K bf16 values.
 size_t amx_packed_weight_floats(int N, int K);
-// packed = B = W^T for W [N, K] (the forward's): per 16 output columns and 32 of K, one tile
-// of 16 rows of K pairs by 16 columns. Requires amx_linear_fits(any M, N, K).
+// packed = W [N, K] as B tiles: per 16 output columns and 32 of K, one tile of 16 rows of K
+// pairs by 16 columns. Requires amx_linear_fits(any M, N, K).
 void amx_pack_weight(float* packed, const uint16_t* weight, int N, int K);
-// packed = B = W for W [K, N] (the input gradient's: K = the layer's outputs), the same tiles.
-void amx_pack_weight_for_dinp(float* packed, const uint16_t* weight, int K, int N);
 
-// out = x B + bias (bias may be null), B packed by either function. Requires
-// amx_tiles_available() and amx_linear_fits(M, N, K).
-void amx_matmul(float* out, const uint16_t* x, const float* packed, const float* bias, int M, int N,
-                int K);
+// out = x packed^T + bias (bias may be null). Requires amx_tiles_available() and
+// amx_linear_fits(M, N, K); packed from amx_pack_weight.
+void amx_linear_forward(float* out, const uint16_t* x, const float* packed, const float* bias,
+                        int M, int N, int K);
 
 }  // namespace forge::kernels::cpu
