@@ -166,7 +166,7 @@ void BM_GemmBf16(benchmark::State& state, LinearShape s, Pass p, bool dweight_nn
 // The forward x W^T + bias on forge's AMX kernel (cpu/amx_gemm.h) as the bf16 profile runs it:
 // the weight packed into the kernel's tiles on every call (counted), against
 // gemm/onednn_bf16_blocked/*/fwd (oneDNN with its reorder) and gemm/onednn_bf16/*/fwd.
-void BM_GemmAmx(benchmark::State& state, LinearShape s) {
+void BM_GemmAmx(benchmark::State& state, LinearShape s, bool pack_only) {
   if (!cpu::amx_tiles_available()) {
     state.SkipWithError("no usable AMX tiles on this CPU");
     return;
@@ -184,7 +184,8 @@ void BM_GemmAmx(benchmark::State& state, LinearShape s) {
   std::vector<float> packed(cpu::amx_packed_weight_floats(s.OC, s.IC));
   for (auto _ : state) {
     cpu::amx_pack_weight(packed.data(), w.data(), s.OC, s.IC);
-    cpu::amx_linear_forward(g.C, x.data(), packed.data(), bias.data(), s.N, s.OC, s.IC);
+    if (!pack_only)
+      cpu::amx_linear_forward(g.C, x.data(), packed.data(), bias.data(), s.N, s.OC, s.IC);
     benchmark::ClobberMemory();
   }
   set_gemm_counters(state, g);
@@ -579,7 +580,10 @@ void register_all() {
 #endif
       add("gemm/forge/" + suffix, BM_GemmVia, s, p, cpu::GemmBackend::kForge);
       add("gemm/onednn_bf16/" + suffix, BM_GemmBf16, s, p, false, false);
-      if (p == Pass::kForward) add("gemm/amx_bf16/" + suffix, BM_GemmAmx, s);
+      if (p == Pass::kForward) {
+        add("gemm/amx_bf16/" + suffix, BM_GemmAmx, s, false);
+        add("gemm/amx_bf16_pack/" + suffix, BM_GemmAmx, s, true);
+      }
     }
   for (const LinearShape& s : kShapes) {
     const std::string n = s.name;
