@@ -258,8 +258,8 @@ void gemm_acc(int M, int N, int K2, const uint32_t* A, size_t lda, const uint32_
 // --- the tile product on AMX ----------------------------------------------------------
 // The same product C[M, N] (+)= A B from the same layouts: an A tile is 16 rows of 16 words
 // (pairs along K), a B tile 16 rows of pairs by 16 columns, and TDPBF16PS adds their product to
-// a 16 x 16 fp32 tile. One configuration serves every product: tiles 0-3 hold a 32 x 32 block
-// of C, 4-5 two A tiles, 6-7 two B tiles, all full size.
+// a 16 x 16 fp32 tile. The tiles as cpu/amx.h configures them (each thread of the team on
+// entry): 0-3 a 32 x 32 block of C, 4-5 two A tiles, 6-7 two B tiles, all full size.
 
 // A block of MT x NT tiles of C (MT, NT = 1 or 2) over K2 words rounded up to 16.
 template <int MT, int NT>
