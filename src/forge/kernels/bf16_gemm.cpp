@@ -397,9 +397,12 @@ bool bf16_gemm_on_amx() {
   return yes;
 }
 
+bool amx_linear_available() {
+  return native_bf16_available() && amx_tiles_available() && bf16_amx_requested();
+}
+
 bool amx_linear_forward_runs(int M, int N, int K) {
-  return bf16_gemm_on_amx() && amx_tiles_available() && bf16_amx_requested() &&
-         amx_linear_fits(M, N, K);
+  return amx_linear_available() && amx_linear_fits(M, N, K);
 }
 
 bool native_bf16_available() {
@@ -435,6 +438,8 @@ size_t gemm_bf16_blocked_b_floats(int, int) { return 0; }
 
 bool bf16_gemm_on_amx() { return false; }
 
+bool amx_linear_available() { return false; }
+
 bool amx_linear_forward_runs(int, int, int) { return false; }
 
 #endif
@@ -451,9 +456,10 @@ struct NativeBf16 {
   // gemm/onednn_bf16/*/dweight vs dweight_nn), and dout @ W slower from that copy through
   // strides than from dout's own layout (dinp_tn vs dinp: 3-8% on most shapes of small and
   // gpt2-124m). So backward makes both, in one pass over dout that also sums the bias
-  // gradient (bf16_gradient_operands). On AMX it is the other way round: dweight through
-  // strides ran faster than from the copy on every shape of small (1.3-2.4x), so there dout
-  // is only rounded (bf16_gradient_rows).
+  // gradient (bf16_gradient_operands). On AMX it is mostly the other way round: dweight
+  // through strides ran faster than from the copy on 8 of the 10 shapes of small and
+  // llama-small (bench_kernels, the Xeon of README's latest benchmark), so there dout is only
+  // rounded (bf16_gradient_rows), which also saves the copy's pass.
   static bool transposed_gradient() { return !bf16_gemm_on_amx(); }
   static constexpr bool kMayTransposeGradient = true;
   // The forward's weight goes through gemm_bf16's b_blocked.

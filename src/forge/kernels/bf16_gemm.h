@@ -91,8 +91,11 @@ void gemm_bf16(bool transA, bool transB, int M, int N, int K, const uint16_t* A,
 size_t gemm_bf16_blocked_b_floats(int K, int N);
 // True when oneDNN runs gemm_bf16 on AMX tiles (its effective ISA has them).
 bool bf16_gemm_on_amx();
-// True when bf16_linear_forward's product out[M, N] = x[M, K] W[N, K]^T runs on forge's AMX
-// kernel (cpu/amx_gemm.h) instead of oneDNN: on AMX, for whole tiles, unless FORGE_BF16_AMX=0.
+// True when bf16_linear_forward's products run on forge's AMX kernel (cpu/amx_gemm.h) where
+// their shape is whole tiles: on a CPU with AMX, on the native path, unless FORGE_BF16_AMX=0.
+bool amx_linear_available();
+// True when bf16_linear_forward's product out[M, N] = x[M, K] W[N, K]^T runs there: available
+// and whole tiles; else on oneDNN.
 bool amx_linear_forward_runs(int M, int N, int K);
 
 // Scratch the two linear kernels need, in floats, for shapes up to N x IC x OC; less when
