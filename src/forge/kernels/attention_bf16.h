@@ -13,9 +13,9 @@
 // depend on the thread count.
 //
 // On CPUs with AMX (amx_bf16) the products run on AMX tiles instead (TDPBF16PS: 16 x 16 fp32
-// accumulators, 32 bf16 pairs summed per instruction), from the same packs with their summed
-// index padded with zeros to whole tiles: the same roundings and fp32 accumulation, the sums
-// in another order (other bits, the same error bound). FORGE_BF16_AMX=0 keeps VDPBF16PS.
+// accumulators, 16 bf16 pairs summed into each per instruction), from the same packs with their
+// summed index padded with zeros to whole tiles: the same roundings and fp32 accumulation, not
+// always the same bits as VDPBF16PS (the same error bound). FORGE_BF16_AMX=0 keeps VDPBF16PS.
 //
 // Tiling as in attention.h's fp32 kernel (query tiles against key tiles, online softmax, p
 // recomputed in backward, no T x T matrix). Each thread packs the head it works on into
