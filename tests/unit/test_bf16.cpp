@@ -250,6 +250,18 @@ TEST(Bf16, LinearMatchesFloat64OnRoundedOperands) {
   check_bf16_linear(96, 32, 64, false, false);
 }
 
+// forge's AMX linear forward runs with the AVX-512 kernel set only: FORGE_CPU_ISA=avx2 or
+// generic stands for a CPU without AVX-512, which has no AMX either.
+TEST(AmxGemm, RunsWithTheAvx512KernelSetOnly) {
+  for_each_isa([&] {
+    const bool avx512 = cpu::active_isa() == cpu::Isa::kAvx512;
+    EXPECT_EQ(cpu::amx_linear_available(),
+              avx512 && cpu::native_bf16_available() && cpu::amx_tiles_available());
+    EXPECT_EQ(cpu::amx_linear_forward_runs(64, 64, 64), cpu::amx_linear_available());
+    EXPECT_FALSE(cpu::amx_linear_forward_runs(64, 48, 64));
+  });
+}
+
 // The AMX forward product against float64 on the same bf16 operands: fp32 accumulation's
 // error only, every element written, and the same bits on 1, 2 and 3 threads. Shapes: one
 // tile block, several blocks each way (more row blocks than threads, and fewer), K long enough

@@ -398,7 +398,10 @@ bool bf16_gemm_on_amx() {
 }
 
 bool amx_linear_available() {
-  return native_bf16_available() && amx_tiles_available() && bf16_amx_requested();
+  // The AVX-512 kernel set too: FORGE_CPU_ISA=avx2 stands for a CPU without AVX-512, which
+  // has no AMX either (and the weight packing is AVX-512 code).
+  return native_bf16_available() && active_isa() == Isa::kAvx512 && amx_tiles_available() &&
+         bf16_amx_requested();
 }
 
 bool amx_linear_forward_runs(int M, int N, int K) {

@@ -92,7 +92,8 @@ size_t gemm_bf16_blocked_b_floats(int K, int N);
 // True when oneDNN runs gemm_bf16 on AMX tiles (its effective ISA has them).
 bool bf16_gemm_on_amx();
 // True when bf16_linear_forward's products run on forge's AMX kernel (cpu/amx_gemm.h) where
-// their shape is whole tiles: on a CPU with AMX, on the native path, unless FORGE_BF16_AMX=0.
+// their shape is whole tiles: on a CPU with AMX, with the AVX-512 kernel set, on the native
+// path, unless FORGE_BF16_AMX=0.
 bool amx_linear_available();
 // True when bf16_linear_forward's product out[M, N] = x[M, K] W[N, K]^T runs there: available
 // and whole tiles; else on oneDNN.
