@@ -9,7 +9,6 @@
 #include <cstring>
 #include <limits>
 
-#include "forge/core/env.h"
 #include "forge/core/error.h"
 #include "forge/kernels/attention.h"
 #include "forge/kernels/bf16_gemm.h"
@@ -34,8 +33,8 @@ struct Geometry {
   int T, hd, hp2, T2;  // hp2 = pairs per row of a head, T2 = pairs of positions
   bool amx;
   int rs;            // row stride of the rows of pairs: hp2, on AMX padded to 16
-  int ldv;           // row stride of the pairs of positions: hd, on AMX padded to 16
-  int hdp;           // rows of the transposed accumulators and packs: hd, on AMX padded
+  int ldv;           // hd, on AMX padded to 16: the row stride of the pairs of positions and
+                     // the rows of the transposed accumulators and packs
   size_t ldt, ldt2;  // strides of the transposed packs (padded against L1 set conflicts)
   Geometry(int T_, int hd_, bool amx_)
       : T(T_),
@@ -45,7 +44,6 @@ struct Geometry {
         amx(amx_),
         rs(amx_ ? static_cast<int>(round16(hp2)) : hp2),
         ldv(amx_ ? static_cast<int>(round16(hd_)) : hd_),
-        hdp(amx_ ? static_cast<int>(round16(hd_)) : hd_),
         ldt(attention_key_stride(T_)),
         ldt2(attention_key_stride((T_ + 1) / 2)) {}
   size_t t_rows() const { return amx ? round16(T) : T; }
@@ -53,8 +51,8 @@ struct Geometry {
   size_t rows() const { return round16(t_rows() * rs); }
   size_t pairs_t() const { return round16(static_cast<size_t>(rs) * ldt); }
   size_t vnni() const { return round16(t2_rows() * ldv); }
-  size_t vnni_t() const { return round16(static_cast<size_t>(hdp) * ldt2); }
-  size_t acc_t() const { return round16(static_cast<size_t>(hdp) * ldt); }
+  size_t vnni_t() const { return round16(static_cast<size_t>(ldv) * ldt2); }
+  size_t acc_t() const { return round16(static_cast<size_t>(ldv) * ldt); }
   size_t per_thread() const {
     return 3 * rows() + 2 * pairs_t() + 2 * vnni() + 2 * vnni_t() + 2 * acc_t();
   }
@@ -74,9 +72,8 @@ bool attention_bf16_available() {
 }
 
 Bf16Products attention_bf16_products() {
-  return attention_bf16_available() && amx_tiles_available() && bf16_amx_requested()
-             ? Bf16Products::kAmxTiles
-             : Bf16Products::kDotProducts;
+  return attention_bf16_available() && amx_kernels_enabled() ? Bf16Products::kAmxTiles
+                                                             : Bf16Products::kDotProducts;
 }
 
 size_t attention_bf16_saved_floats(int B, int T, int NH) { return static_cast<size_t>(B) * NH * T; }

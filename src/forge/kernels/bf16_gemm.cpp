@@ -14,7 +14,6 @@
 #include "forge/kernels/cpu/onednn_matmul.h"
 #endif
 
-#include "forge/core/env.h"
 #include "forge/core/error.h"
 #include "forge/kernels/cpu/amx.h"
 #include "forge/kernels/cpu/amx_gemm.h"
@@ -397,12 +396,7 @@ bool bf16_gemm_on_amx() {
   return yes;
 }
 
-bool amx_linear_available() {
-  // The AVX-512 kernel set too: FORGE_CPU_ISA=avx2 stands for a CPU without AVX-512, which
-  // has no AMX either (and the weight packing is AVX-512 code).
-  return native_bf16_available() && active_isa() == Isa::kAvx512 && amx_tiles_available() &&
-         bf16_amx_requested();
-}
+bool amx_linear_available() { return native_bf16_available() && amx_kernels_enabled(); }
 
 bool amx_linear_forward_runs(int M, int N, int K) {
   return amx_linear_available() && amx_linear_fits(M, N, K);

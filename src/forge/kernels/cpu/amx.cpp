@@ -7,6 +7,9 @@
 
 #include <cstdint>
 
+#include "forge/core/env.h"
+#include "forge/kernels/cpu/dispatch.h"
+
 namespace forge::kernels::cpu {
 
 bool amx_tiles_available() {
@@ -20,6 +23,10 @@ bool amx_tiles_available() {
     return syscall(SYS_arch_prctl, kRequestPermission, kTileData) == 0;
   }();
   return usable;
+}
+
+bool amx_kernels_enabled() {
+  return amx_tiles_available() && active_isa() == Isa::kAvx512 && bf16_amx_requested();
 }
 
 namespace {

@@ -9,6 +9,11 @@ namespace forge::kernels::cpu {
 // (asked for once, on the first call).
 bool amx_tiles_available();
 
+// Whether forge's AMX kernels run: the tiles usable, the AVX-512 kernel set active
+// (FORGE_CPU_ISA=avx2 stands for a CPU without AVX-512, which has no AMX either) and
+// FORGE_BF16_AMX not 0. The one rule the bf16 attention and linear kernels both follow.
+bool amx_kernels_enabled();
+
 // Loads the shared configuration on the calling thread: tiles 0-7 all 16 rows of 64 bytes.
 // The kernels keep C in tiles 0-3 (a 32 x 32 fp32 block), A in 4-5 and B in 6-7. Requires
 // amx_tiles_available().
