@@ -163,29 +163,35 @@ void BM_GemmBf16(benchmark::State& state, LinearShape s, Pass p, bool dweight_nn
   set_gemm_counters(state, g);
 }
 
-// The forward x W^T + bias on forge's AMX kernel (cpu/amx_gemm.h) as the bf16 profile runs it:
-// the weight packed into the kernel's tiles on every call (counted), against
-// gemm/onednn_bf16_blocked/*/fwd (oneDNN with its reorder) and gemm/onednn_bf16/*/fwd.
-void BM_GemmAmx(benchmark::State& state, LinearShape s, bool pack_only) {
+// Each product of the bf16 linear layer on forge's AMX kernel (cpu/amx_gemm.h) as the bf16
+// profile runs it: B packed into the kernel's tiles on every call (counted; A is packed inside
+// amx_gemm), the forward with its bias; against gemm/onednn_bf16 (and for the forward
+// gemm/onednn_bf16_blocked, oneDNN with its reorder). pack_only: B's packing alone.
+void BM_GemmAmx(benchmark::State& state, LinearShape s, Pass p, bool pack_only) {
   if (!cpu::amx_tiles_available()) {
     state.SkipWithError("no usable AMX tiles on this CPU");
     return;
   }
-  if (!cpu::amx_linear_fits(s.N, s.OC, s.IC)) {
+  LinearBuffers buf(s);
+  const GemmProblem g = buf.problem(s, p);
+  if (!cpu::amx_gemm_fits(g.M, g.N, g.K)) {
     state.SkipWithError("not whole AMX tiles");
     return;
   }
-  LinearBuffers buf(s);
-  const GemmProblem g = buf.problem(s, Pass::kForward);
-  std::vector<uint16_t> x(size_t(s.N) * s.IC), w(size_t(s.OC) * s.IC);
-  cpu::to_bf16(x.data(), g.A, x.size());
-  cpu::to_bf16(w.data(), g.B, w.size());
-  const auto bias = random_floats(s.OC, 9);
-  std::vector<float> packed(cpu::amx_packed_weight_floats(s.OC, s.IC));
+  std::vector<uint16_t> a(size_t(g.M) * g.K), b(size_t(g.K) * g.N);
+  cpu::to_bf16(a.data(), g.A, a.size());
+  cpu::to_bf16(b.data(), g.B, b.size());
+  const auto bias = random_floats(g.N, 9);
+  std::vector<float> b_packed(cpu::amx_packed_floats(g.N, g.K)),
+      a_room(cpu::amx_packed_floats(g.M, g.K));
   for (auto _ : state) {
-    cpu::amx_pack_weight(packed.data(), w.data(), s.OC, s.IC);
+    if (g.transB)
+      cpu::amx_pack_b_transposed(b_packed.data(), b.data(), g.ldb, g.K, g.N);
+    else
+      cpu::amx_pack_b(b_packed.data(), b.data(), g.ldb, g.K, g.N);
     if (!pack_only)
-      cpu::amx_linear_forward(g.C, x.data(), packed.data(), bias.data(), s.N, s.OC, s.IC);
+      cpu::amx_gemm(g.C, g.N, {a.data(), g.lda, g.transA, a_room.data()}, b_packed.data(),
+                    p == Pass::kForward ? bias.data() : nullptr, g.M, g.N, g.K);
     benchmark::ClobberMemory();
   }
   if (!pack_only) set_gemm_counters(state, g);
@@ -580,10 +586,8 @@ void register_all() {
 #endif
       add("gemm/forge/" + suffix, BM_GemmVia, s, p, cpu::GemmBackend::kForge);
       add("gemm/onednn_bf16/" + suffix, BM_GemmBf16, s, p, false, false);
-      if (p == Pass::kForward) {
-        add("gemm/amx_bf16/" + suffix, BM_GemmAmx, s, false);
-        add("gemm/amx_bf16_pack/" + suffix, BM_GemmAmx, s, true);
-      }
+      add("gemm/amx_bf16/" + suffix, BM_GemmAmx, s, p, false);
+      add("gemm/amx_bf16_pack/" + suffix, BM_GemmAmx, s, p, true);
     }
   for (const LinearShape& s : kShapes) {
     const std::string n = s.name;

@@ -250,62 +250,98 @@ TEST(Bf16, LinearMatchesFloat64OnRoundedOperands) {
   check_bf16_linear(96, 32, 64, false, false);
 }
 
-// forge's AMX linear forward runs with the AVX-512 kernel set only: FORGE_CPU_ISA=avx2 or
-// generic stands for a CPU without AVX-512, which has no AMX either.
+// forge's AMX products run with the AVX-512 kernel set only: FORGE_CPU_ISA=avx2 or generic
+// stands for a CPU without AVX-512, which has no AMX either.
 TEST(AmxGemm, RunsWithTheAvx512KernelSetOnly) {
   for_each_isa([&] {
     const bool avx512 = cpu::active_isa() == cpu::Isa::kAvx512;
     EXPECT_EQ(cpu::amx_linear_available(),
               avx512 && cpu::native_bf16_available() && cpu::amx_tiles_available());
     EXPECT_EQ(cpu::amx_linear_forward_runs(64, 64, 64), cpu::amx_linear_available());
+    EXPECT_EQ(cpu::amx_linear_backward_runs(64, 96, 32), cpu::amx_linear_available());
     EXPECT_FALSE(cpu::amx_linear_forward_runs(64, 48, 64));
+    EXPECT_FALSE(cpu::amx_linear_backward_runs(64, 64, 48));
   });
 }
 
-// The AMX forward product against float64 on the same bf16 operands: fp32 accumulation's
-// error only, every element written, and the same bits on 1, 2 and 3 threads. Shapes: one
+// The AMX product against float64 on the same bf16 operands, for every way the linear layer
+// hands it A (rows, or columns: dout^T) and B (from B^T: the weight of x W^T, or from B's
+// rows), with row strides wider than the rows: fp32 accumulation's error only, every element
+// of C written and nothing beside it, and the same bits on 1, 2 and 3 threads. Shapes: one
 // tile block, several blocks each way (more row blocks than threads, and fewer), K long enough
-// for many K steps, and columns wider than one pass over x (columns_per_pass).
-TEST(AmxGemm, LinearForwardMatchesFloat64OnEveryTeam) {
+// for many K steps, and columns wider than one pass over A (columns_per_pass).
+TEST(AmxGemm, ProductMatchesFloat64OnEveryTeam) {
   if (!cpu::amx_tiles_available()) GTEST_SKIP() << "no usable AMX tiles on this CPU";
-  EXPECT_FALSE(cpu::amx_linear_fits(32, 48, 32));
-  EXPECT_FALSE(cpu::amx_linear_fits(33, 32, 32));
-  EXPECT_FALSE(cpu::amx_linear_fits(32, 32, 0));
+  EXPECT_FALSE(cpu::amx_gemm_fits(32, 48, 32));
+  EXPECT_FALSE(cpu::amx_gemm_fits(33, 32, 32));
+  EXPECT_FALSE(cpu::amx_gemm_fits(32, 32, 0));
   const int saved_threads = omp_get_max_threads();
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  int seed = 80;
   for (auto [M, N, K] : {std::tuple{32, 32, 32}, std::tuple{96, 64, 160}, std::tuple{32, 160, 64},
                          std::tuple{256, 96, 1536}, std::tuple{64, 1088, 1024}}) {
-    for (bool with_bias : {true, false}) {
+    for (int form = 0; form < 4; ++form) {
+      const bool a_transposed = form & 1, b_transposed = form & 2, with_bias = form != 1;
       SCOPED_TRACE(testing::Message()
-                   << M << " x " << N << " x " << K << (with_bias ? " bias" : ""));
-      ASSERT_TRUE(cpu::amx_linear_fits(M, N, K));
-      const Floats x = random_floats(size_t(M) * K, 80), w = random_floats(size_t(N) * K, 81),
-                   b = random_floats(N, 82);
-      std::vector<uint16_t> xb(x.size()), wb(w.size());
-      cpu::to_bf16(xb.data(), x.data(), x.size());
-      cpu::to_bf16(wb.data(), w.data(), w.size());
-      Floats packed(cpu::amx_packed_weight_floats(N, K));
-      cpu::amx_pack_weight(packed.data(), wb.data(), N, K);
-      std::vector<double> want(size_t(M) * N);
-      scalar::bf16_linear_forward(want.data(), x.data(), w.data(), with_bias ? b.data() : nullptr,
-                                  M, K, N);
+                   << M << " x " << N << " x " << K << " A " << (a_transposed ? "columns" : "rows")
+                   << ", B " << (b_transposed ? "from B^T" : "rows")
+                   << (with_bias ? ", bias" : ""));
+      ASSERT_TRUE(cpu::amx_gemm_fits(M, N, K));
+      // A [M, K] and B [K, N] as float64 references, stored the way the product reads them
+      // with 32 (A) and 16 (B) elements of padding per stored row.
+      const int lda = (a_transposed ? M : K) + 32, ldb = (b_transposed ? K : N) + 16;
+      const Floats a = random_floats(size_t(M) * K, seed++),
+                   b = random_floats(size_t(K) * N, seed++), bias = random_floats(N, seed++);
+      std::vector<uint16_t> a_stored(size_t(a_transposed ? K : M) * lda, 0xFFFF),
+          b_stored(size_t(b_transposed ? N : K) * ldb, 0xFFFF);  // padding: bf16 NaN
+      std::vector<double> a_rounded(a.size()), b_rounded(b.size());
+      for (int m = 0; m < M; ++m)
+        for (int k = 0; k < K; ++k) {
+          const uint16_t v = scalar::bf16_bits(a[size_t(m) * K + k]);
+          a_rounded[size_t(m) * K + k] = scalar::bf16_to_float(v);
+          a_stored[a_transposed ? size_t(k) * lda + m : size_t(m) * lda + k] = v;
+        }
+      for (int k = 0; k < K; ++k)
+        for (int n = 0; n < N; ++n) {
+          const uint16_t v = scalar::bf16_bits(b[size_t(k) * N + n]);
+          b_rounded[size_t(k) * N + n] = scalar::bf16_to_float(v);
+          b_stored[b_transposed ? size_t(n) * ldb + k : size_t(k) * ldb + n] = v;
+        }
+      Floats b_packed(cpu::amx_packed_floats(N, K), nan), a_room(cpu::amx_packed_floats(M, K), nan);
+      if (b_transposed)
+        cpu::amx_pack_b_transposed(b_packed.data(), b_stored.data(), ldb, K, N);
+      else
+        cpu::amx_pack_b(b_packed.data(), b_stored.data(), ldb, K, N);
+      const int ldc = N + 8;
       std::vector<Floats> outs;
       for (int threads = 1; threads <= 3; ++threads) {
         omp_set_num_threads(threads);
-        Floats out(size_t(M) * N, std::numeric_limits<float>::quiet_NaN());
-        cpu::amx_linear_forward(out.data(), xb.data(), packed.data(),
-                                with_bias ? b.data() : nullptr, M, N, K);
+        Floats out(size_t(M) * ldc, nan);
+        cpu::amx_gemm(out.data(), ldc, {a_stored.data(), lda, a_transposed, a_room.data()},
+                      b_packed.data(), with_bias ? bias.data() : nullptr, M, N, K);
         outs.push_back(std::move(out));
       }
       omp_set_num_threads(saved_threads);
       double worst = 0.0;
-      for (size_t i = 0; i < want.size(); ++i) {
-        ASSERT_FALSE(std::isnan(outs[0][i])) << "element " << i << " not written";
-        worst = std::max(worst, std::fabs(outs[0][i] - want[i]) / (1.0 + std::fabs(want[i])));
+      for (int m = 0; m < M; ++m) {
+        for (int n = 0; n < N; ++n) {
+          double want = with_bias ? bias[n] : 0.0;
+          for (int k = 0; k < K; ++k)
+            want += a_rounded[size_t(m) * K + k] * b_rounded[size_t(k) * N + n];
+          const float got = outs[0][size_t(m) * ldc + n];
+          ASSERT_FALSE(std::isnan(got)) << "C[" << m << ", " << n << "] not written";
+          worst = std::max(worst, std::fabs(got - want) / (1.0 + std::fabs(want)));
+        }
+        for (int n = N; n < ldc; ++n)
+          ASSERT_TRUE(std::isnan(outs[0][size_t(m) * ldc + n])) << "wrote beside C's row " << m;
       }
       // K products of unit-scale operands, summed in fp32: errors of a few ulp of the sum.
       EXPECT_LT(worst, 1e-5 * std::sqrt(double(K)));
-      EXPECT_EQ(outs[1], outs[0]);
-      EXPECT_EQ(outs[2], outs[0]);
+      for (int t : {1, 2}) {
+        ASSERT_EQ(outs[t].size(), outs[0].size());
+        EXPECT_EQ(std::memcmp(outs[t].data(), outs[0].data(), outs[0].size() * sizeof(float)), 0)
+            << (t + 1) << " threads";
+      }
     }
   }
 }

@@ -399,7 +399,11 @@ bool bf16_gemm_on_amx() {
 bool amx_linear_available() { return native_bf16_available() && amx_kernels_enabled(); }
 
 bool amx_linear_forward_runs(int M, int N, int K) {
-  return amx_linear_available() && amx_linear_fits(M, N, K);
+  return amx_linear_available() && amx_gemm_fits(M, N, K);
+}
+
+bool amx_linear_backward_runs(int N, int IC, int OC) {
+  return amx_linear_available() && amx_gemm_fits(N, IC, OC);
 }
 
 bool native_bf16_available() {
@@ -439,61 +443,95 @@ bool amx_linear_available() { return false; }
 
 bool amx_linear_forward_runs(int, int, int) { return false; }
 
+bool amx_linear_backward_runs(int, int, int) { return false; }
+
 #endif
 
 namespace {
 
 // The two ways to multiply bf16 operands, behind one interface so that the linear layer is
-// written once: packed bf16 into oneDNN's bf16 matmul where the CPU has bf16 dot products,
-// else bf16-rounded values left in fp32 into the fp32 GEMM (the same products, see the header).
+// written once: packed bf16 into forge's AMX kernel or oneDNN's bf16 matmul where the CPU has
+// bf16 dot products, else bf16-rounded values left in fp32 into the fp32 GEMM (the same
+// products, see the header). Each path plans its own room: forward_room_floats for the forward
+// product, backward_room_floats for the backward's beside dout's operand(s).
 struct NativeBf16 {
   using Operand = uint16_t;
-  // oneDNN 2.6's bf16 matmul on avx512_bf16 (Zen 4) runs dout^T @ inp slower with dout^T
-  // read through strides than from a transposed copy (bench_kernels
+  // The backward's dout operands. On AMX with whole tiles, forge's kernel packs dout's rows
+  // either way round itself. Elsewhere oneDNN 2.6: on avx512_bf16 (Zen 4) it runs dout^T @ inp
+  // slower with dout^T read through strides than from a transposed copy (bench_kernels
   // gemm/onednn_bf16/*/dweight vs dweight_nn), and dout @ W slower from that copy through
   // strides than from dout's own layout (dinp_tn vs dinp: 3-8% on most shapes of small and
-  // gpt2-124m). So backward makes both, in one pass over dout that also sums the bias
-  // gradient (bf16_gradient_operands). On AMX it is mostly the other way round: dweight
-  // through strides ran faster than from the copy on 8 of the 10 shapes of small and
-  // llama-small (bench_kernels, the Xeon of README's latest benchmark), so there dout is only
-  // rounded (bf16_gradient_rows), which also saves the copy's pass.
-  static bool transposed_gradient() { return !bf16_gemm_on_amx(); }
-  static constexpr bool kMayTransposeGradient = true;
-  // The forward's weight goes through gemm_bf16's b_blocked.
-  static size_t blocked_weight_floats(int IC, int OC) { return gemm_bf16_blocked_b_floats(IC, OC); }
+  // gpt2-124m), so backward makes both, in one pass over dout that also sums the bias gradient
+  // (bf16_gradient_operands); on AMX dweight through strides ran faster than from the copy on
+  // 8 of the 10 shapes of small and llama-small, so there dout is only rounded.
+  static bool amx_backward(int N, int IC, int OC) { return amx_linear_backward_runs(N, IC, OC); }
+  static bool transposed_gradient(int N, int IC, int OC) {
+    return !amx_backward(N, IC, OC) && !bf16_gemm_on_amx();
+  }
+  static constexpr int kGradientOperands = 2;  // dout's rows and, where wanted, dout^T
+  static size_t forward_room_floats(int N, int IC, int OC) {
+    const size_t amx = amx_linear_forward_runs(N, OC, IC)
+                           ? amx_packed_floats(OC, IC) + amx_packed_floats(N, IC)
+                           : 0;
+    return std::max(gemm_bf16_blocked_b_floats(IC, OC), amx);
+  }
+  // B of the AMX backward products in its tiles' order (W for dout W, inp for dout^T inp); their
+  // A (dout, either way round) goes where dout^T would be.
+  static size_t backward_room_floats(int N, int IC, int OC) {
+    return amx_backward(N, IC, OC) ? amx_packed_floats(std::max(N, OC), IC) : 0;
+  }
   static void convert(Operand* out, const float* in, size_t n) { to_bf16(out, in, n); }
   static void convert_gradient(Operand* g, Operand* gt, float* dbias, const float* dout, int N,
-                               int OC) {
-    if (transposed_gradient())
+                               int IC, int OC) {
+    if (transposed_gradient(N, IC, OC))
       bf16_gradient_operands(g, gt, dbias, dout, N, OC);
     else
       bf16_gradient_rows(g, dbias, dout, N, OC);
   }
-  // The forward (x W^T, b_blocked given) on forge's AMX kernel where it takes the shape
-  // (cpu/amx_gemm.h), the weight packed into b_blocked's room; else oneDNN.
-  static void multiply(bool ta, bool tb, int M, int N, int K, const Operand* A, int lda,
-                       const Operand* B, int ldb, float* C, int ldc, const float* bias,
-                       float* b_blocked = nullptr) {
-    if (!ta && tb && b_blocked && lda == K && ldb == K && ldc == N &&
-        amx_linear_forward_runs(M, N, K)) {
-      amx_pack_weight(b_blocked, B, N, K);
-      amx_linear_forward(C, A, b_blocked, bias, M, N, K);
+  // out = x W^T + bias: forge's AMX kernel where it takes the shape, both operands packed into
+  // room; else oneDNN with the weight in its own layout there.
+  static void forward_product(float* out, const Operand* x, const Operand* w, const float* bias,
+                              int N, int IC, int OC, float* room) {
+    if (amx_linear_forward_runs(N, OC, IC)) {
+      amx_pack_b_transposed(room, w, IC, IC, OC);
+      amx_gemm(out, OC, {x, IC, false, room + amx_packed_floats(OC, IC)}, room, bias, N, OC, IC);
       return;
     }
-    gemm_bf16(ta, tb, M, N, K, A, lda, B, ldb, 0.0f, C, ldc, bias, b_blocked);
+    gemm_bf16(false, true, N, OC, IC, x, IC, w, IC, 0.0f, out, OC, bias, room);
+  }
+  // dinp = dout W (when dinp is not null) and dweight = dout^T inp, g dout's rows and gt dout^T
+  // (where convert_gradient made it, else room for A's tiles).
+  static void backward_products(float* dinp, float* dweight, const Operand* g, Operand* gt,
+                                const Operand* w, const Operand* x, int N, int IC, int OC,
+                                float* room) {
+    if (amx_backward(N, IC, OC)) {
+      float* a_room = reinterpret_cast<float*>(gt);
+      if (dinp) {
+        amx_pack_b(room, w, IC, OC, IC);
+        amx_gemm(dinp, IC, {g, OC, false, a_room}, room, nullptr, N, IC, OC);
+      }
+      amx_pack_b(room, x, IC, N, IC);
+      amx_gemm(dweight, IC, {g, OC, true, a_room}, room, nullptr, OC, IC, N);
+      return;
+    }
+    if (dinp) gemm_bf16(false, false, N, IC, OC, g, OC, w, IC, 0.0f, dinp, IC);
+    if (transposed_gradient(N, IC, OC))
+      gemm_bf16(false, false, OC, IC, N, gt, N, x, IC, 0.0f, dweight, IC);
+    else
+      gemm_bf16(true, false, OC, IC, N, g, OC, x, IC, 0.0f, dweight, IC);
   }
 };
 
 struct RoundedFp32 {
   using Operand = float;
-  static bool transposed_gradient() { return false; }
-  static constexpr bool kMayTransposeGradient = false;
-  static size_t blocked_weight_floats(int, int) { return 0; }  // the fp32 GEMM packs its own
+  static constexpr int kGradientOperands = 1;
+  static size_t forward_room_floats(int, int, int) { return 0; }  // the fp32 GEMM packs its own
+  static size_t backward_room_floats(int, int, int) { return 0; }
   static void convert(Operand* out, const float* in, size_t n) { round_bf16(out, in, n); }
   // g = bf16(dout), as fp32 values, and when dbias is given, dbias = column sums of the
   // unrounded dout (in bias_gradient's order), in one read of dout.
   static void convert_gradient(Operand* g, Operand* /*gt*/, float* dbias, const float* dout, int N,
-                               int OC) {
+                               int /*IC*/, int OC) {
     if (!dbias) {
       round_bf16(g, dout, static_cast<size_t>(N) * OC);
       return;
@@ -503,15 +541,20 @@ struct RoundedFp32 {
       round_bf16_serial(g + at, dout + at, static_cast<size_t>(o1 - o0));
     });
   }
-  static void multiply(bool ta, bool tb, int M, int N, int K, const Operand* A, int lda,
-                       const Operand* B, int ldb, float* C, int ldc, const float* bias,
-                       float* /*b_blocked*/ = nullptr) {
+  static void forward_product(float* out, const Operand* x, const Operand* w, const float* bias,
+                              int N, int IC, int OC, float* /*room*/) {
     float beta = 0.0f;
     if (bias) {
-      fill_rows_with_bias(C, bias, M, N);
+      fill_rows_with_bias(out, bias, N, OC);
       beta = 1.0f;
     }
-    gemm(ta, tb, M, N, K, A, lda, B, ldb, beta, C, ldc);
+    gemm(false, true, N, OC, IC, x, IC, w, IC, beta, out, OC);
+  }
+  static void backward_products(float* dinp, float* dweight, const Operand* g, Operand* /*gt*/,
+                                const Operand* w, const Operand* x, int N, int IC, int OC,
+                                float* /*room*/) {
+    if (dinp) gemm(false, false, N, IC, OC, g, OC, w, IC, 0.0f, dinp, IC);  // dout @ W
+    gemm(true, false, OC, IC, N, g, OC, x, IC, 0.0f, dweight, IC);          // dout^T @ inp
   }
 };
 
@@ -529,11 +572,11 @@ size_t saved_floats(int N, int IC) {
 }
 
 // The forward's scratch: inp's operand (without saved), the weight's (without a
-// weight_operand), then the weight's blocked copy.
+// weight_operand), then the path's room for its product.
 template <typename Path>
 size_t forward_scratch_floats(int N, int IC, int OC) {
   return saved_floats<Path>(N, IC) + operand_floats<Path>(static_cast<size_t>(OC) * IC) +
-         Path::blocked_weight_floats(IC, OC);
+         Path::forward_room_floats(N, IC, OC);
 }
 
 template <typename Path>
@@ -544,14 +587,13 @@ void forward_on(float* out, float* saved, const float* inp, const float* weight,
   const size_t w_floats = operand_floats<Path>(static_cast<size_t>(OC) * IC);
   T* x = reinterpret_cast<T*>(saved ? saved : scratch);
   T* w = reinterpret_cast<T*>(weight_operand ? weight_operand : scratch + x_floats);
-  // Room for the weight in oneDNN's own layout (gemm_bf16's b_blocked).
-  float* blocked =
-      Path::blocked_weight_floats(IC, OC) > 0 ? scratch + x_floats + w_floats : nullptr;
   if (!(saved && inp_in_saved)) Path::convert(x, inp, static_cast<size_t>(N) * IC);
   Path::convert(w, weight, static_cast<size_t>(OC) * IC);
-  Path::multiply(false, true, N, OC, IC, x, IC, w, IC, out, OC, bias, blocked);
+  Path::forward_product(out, x, w, bias, N, IC, OC, scratch + x_floats + w_floats);
 }
 
+// The backward's scratch: dout's operand(s), inp's (without saved), the weight's (without a
+// weight_operand), then the path's room for its products.
 template <typename Path>
 void backward_on(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
                  const float* weight, const float* saved, int N, int IC, int OC, float* scratch,
@@ -560,30 +602,27 @@ void backward_on(float* dinp, float* dweight, float* dbias, const float* dout, c
   const size_t g_floats = operand_floats<Path>(static_cast<size_t>(N) * OC);
   T* g = reinterpret_cast<T*>(scratch);
   T* gt = reinterpret_cast<T*>(scratch + g_floats);  // dout^T, where the path wants it
-  float* rest = scratch + (Path::kMayTransposeGradient ? 2 : 1) * g_floats;
+  float* rest = scratch + Path::kGradientOperands * g_floats;
   T* x = reinterpret_cast<T*>(saved ? const_cast<float*>(saved) : rest);
   if (!saved) Path::convert(x, inp, static_cast<size_t>(N) * IC);
-  Path::convert_gradient(g, gt, dbias, dout, N, OC);
-  if (dinp) {
-    const T* w = reinterpret_cast<const T*>(weight_operand);
-    if (!w) {
-      T* converted = reinterpret_cast<T*>(rest + saved_floats<Path>(N, IC));
-      Path::convert(converted, weight, static_cast<size_t>(OC) * IC);
-      w = converted;
-    }
-    Path::multiply(false, false, N, IC, OC, g, OC, w, IC, dinp, IC, nullptr);  // dout @ W
+  rest += saved ? 0 : saved_floats<Path>(N, IC);
+  Path::convert_gradient(g, gt, dbias, dout, N, IC, OC);
+  const T* w = reinterpret_cast<const T*>(weight_operand);
+  if (dinp && !w) {
+    T* converted = reinterpret_cast<T*>(rest);
+    Path::convert(converted, weight, static_cast<size_t>(OC) * IC);
+    w = converted;
   }
-  if (Path::transposed_gradient())
-    Path::multiply(false, false, OC, IC, N, gt, N, x, IC, dweight, IC, nullptr);
-  else
-    Path::multiply(true, false, OC, IC, N, g, OC, x, IC, dweight, IC, nullptr);  // dout^T @ inp
+  if (!weight_operand) rest += operand_floats<Path>(static_cast<size_t>(OC) * IC);
+  Path::backward_products(dinp, dweight, g, gt, w, x, N, IC, OC, rest);
 }
 
 template <typename Path>
 size_t scratch_floats(int N, int IC, int OC, bool weight_operand_given) {
   const size_t g = operand_floats<Path>(static_cast<size_t>(N) * OC);
   const size_t w = weight_operand_given ? 0 : operand_floats<Path>(static_cast<size_t>(OC) * IC);
-  const size_t backward = (Path::kMayTransposeGradient ? 2 : 1) * g + saved_floats<Path>(N, IC) + w;
+  const size_t backward = Path::kGradientOperands * g + saved_floats<Path>(N, IC) + w +
+                          Path::backward_room_floats(N, IC, OC);
   return std::max(backward, forward_scratch_floats<Path>(N, IC, OC));
 }
 

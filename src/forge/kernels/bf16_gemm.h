@@ -91,13 +91,16 @@ void gemm_bf16(bool transA, bool transB, int M, int N, int K, const uint16_t* A,
 size_t gemm_bf16_blocked_b_floats(int K, int N);
 // True when oneDNN runs gemm_bf16 on AMX tiles (its effective ISA has them).
 bool bf16_gemm_on_amx();
-// True when bf16_linear_forward's products run on forge's AMX kernel (cpu/amx_gemm.h) where
+// True when the bf16 linear layer's products run on forge's AMX kernel (cpu/amx_gemm.h) where
 // their shape is whole tiles: on a CPU with AMX, with the AVX-512 kernel set, on the native
 // path, unless FORGE_BF16_AMX=0.
 bool amx_linear_available();
 // True when bf16_linear_forward's product out[M, N] = x[M, K] W[N, K]^T runs there: available
 // and whole tiles; else on oneDNN.
 bool amx_linear_forward_runs(int M, int N, int K);
+// True when bf16_linear_backward's products dout W and dout^T inp (N rows, IC inputs, OC
+// outputs) run there; else on oneDNN.
+bool amx_linear_backward_runs(int N, int IC, int OC);
 
 // Scratch the two linear kernels need, in floats, for shapes up to N x IC x OC; less when
 // every call passes a weight_operand (below), which then needs no room here.

@@ -49,7 +49,9 @@ class Bf16Numerics final : public Numerics {
                                                : "oneDNN finds no bf16 dot products on this CPU");
     return fmt::format(
         "{}; bf16 dot products in oneDNN's bf16 GEMMs{}, {} attention", fast_->arithmetic(),
-        k::amx_linear_available() ? " (forward products of whole tiles on forge's AMX kernel)" : "",
+        k::amx_linear_available()
+            ? " (the linear layers' products of whole tiles on forge's AMX kernel)"
+            : "",
         !bf16_attention_                                             ? "fp32"
         : k::attention_bf16_products() == k::Bf16Products::kAmxTiles ? "bf16 (AMX tiles)"
                                                                      : "bf16 (VDPBF16PS)");

@@ -4,36 +4,47 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <cstring>
 
 #include "forge/core/error.h"
 #include "forge/kernels/cpu/amx.h"
 
 namespace forge::kernels::cpu {
 
-bool amx_linear_fits(int M, int N, int K) {
+bool amx_gemm_fits(int M, int N, int K) {
   return M > 0 && N > 0 && K > 0 && M % 32 == 0 && N % 32 == 0 && K % 32 == 0;
 }
 
-size_t amx_packed_weight_floats(int N, int K) {
-  return static_cast<size_t>(N) * static_cast<size_t>(K) / 2;
+size_t amx_packed_floats(int rows, int K) {
+  return static_cast<size_t>(rows) * static_cast<size_t>(K) / 2;
 }
 
 namespace {
 
-constexpr int kTileWords = 16 * 16;  // one B tile: 16 rows of K pairs by 16 columns
+constexpr int kTileWords = 16 * 16;  // one tile: 16 rows of 64 bytes
+constexpr int kPairWords = 2 * kTileWords;
 
-// The B tile of columns [16 nb, 16 nb + 16) and K pairs [16 kb, 16 kb + 16).
-inline size_t tile_at(int nb, int kb, int k_tiles) {
-  return (static_cast<size_t>(nb) * k_tiles + kb) * kTileWords;
+// The two tiles of 32 rows (of A) or 32 columns (of B) and K step kb, side by side.
+inline size_t pair_at(int block, int kb, int k_tiles) {
+  return (static_cast<size_t>(block) * k_tiles + kb) * kPairWords;
 }
 
-// Output columns per pass over x: their packed weight (cols x K bf16) stays in a core's L2
-// while every row block of x goes by, so that a wide W (the classifier's) is not read from
-// memory once per row block.
+// Output columns per pass over A: their packed B (cols x K bf16) stays in a core's L2 while
+// every row block of A goes by, so that a wide B (the classifier's) is not read from memory
+// once per row block.
 int columns_per_pass(int N, int K) {
   constexpr size_t kBytes = size_t{1} << 20;
   const size_t cols = kBytes / (static_cast<size_t>(K) * 2) / 32 * 32;
   return static_cast<int>(std::clamp<size_t>(cols, 32, static_cast<size_t>(N)));
+}
+
+// The rows [first, last) of 32-row blocks that thread t of team runs.
+struct RowBlocks {
+  int first, last;
+};
+RowBlocks row_blocks(int M, int t, int team) {
+  const int blocks = M / 32;
+  return {blocks * t / team, blocks * (t + 1) / team};
 }
 
 }  // namespace
@@ -41,46 +52,120 @@ int columns_per_pass(int N, int K) {
 #pragma GCC push_options
 #pragma GCC target("avx512f,avx512bw,avx512vl,amx-tile,amx-bf16")
 
-void amx_pack_weight(float* packed, const uint16_t* weight, int N, int K) {
-  FORGE_CHECK(amx_linear_fits(32, N, K), "amx_pack_weight: {} x {} is not whole tiles", N, K);
-  const int k_tiles = K / 32, pairs = K / 2;
-  const auto* w = reinterpret_cast<const uint32_t*>(weight);  // a row's K pairs as words
+namespace {
+
+// A's 32 rows from 32 * mb, packed: per K step, tile rows of 32 consecutive k.
+void pack_a_rows(uint16_t* out, const uint16_t* a, int ld, int mb, int k_tiles) {
+  for (int kb = 0; kb < k_tiles; ++kb) {
+    uint16_t* pair = out + pair_at(mb, kb, k_tiles) * 2;
+    const uint16_t* src = a + static_cast<size_t>(32 * mb) * ld + 32 * kb;
+    for (int r = 0; r < 32; ++r)
+      _mm512_storeu_si512(pair + 32 * r, _mm512_loadu_si512(src + static_cast<size_t>(r) * ld));
+  }
+}
+
+// Transposes 32 x 32 16-bit elements in registers: after it, rows[i] word j is the input's
+// rows[j] word i. At each step s (16, 8, 4, 2, 1) rows i and i + s (i's bit s clear) swap
+// row i's words with bit s set for row i + s's words with bit s clear.
+void transpose_32x32(__m512i rows[32]) {
+  for (int s = 16; s >= 1; s /= 2) {
+    alignas(64) uint16_t lo_index[32], hi_index[32];
+    for (int c = 0; c < 32; ++c) {
+      lo_index[c] = static_cast<uint16_t>((c & s) ? 32 + c - s : c);
+      hi_index[c] = static_cast<uint16_t>((c & s) ? 32 + c : c + s);
+    }
+    const __m512i lo = _mm512_load_si512(lo_index), hi = _mm512_load_si512(hi_index);
+    for (int i = 0; i < 32; ++i) {
+      if (i & s) continue;
+      const __m512i a = rows[i], b = rows[i + s];
+      rows[i] = _mm512_permutex2var_epi16(a, lo, b);
+      rows[i + s] = _mm512_permutex2var_epi16(a, hi, b);
+    }
+  }
+}
+
+// The same for A = data^T: A's rows are data's columns 32 * mb ... 32 * mb + 31.
+void pack_a_columns(uint16_t* out, const uint16_t* data, int ld, int mb, int k_tiles) {
+  __m512i rows[32];
+  for (int kb = 0; kb < k_tiles; ++kb) {
+    const uint16_t* src = data + static_cast<size_t>(32 * kb) * ld + 32 * mb;
+    for (int k = 0; k < 32; ++k) rows[k] = _mm512_loadu_si512(src + static_cast<size_t>(k) * ld);
+    transpose_32x32(rows);
+    uint16_t* pair = out + pair_at(mb, kb, k_tiles) * 2;
+    for (int r = 0; r < 32; ++r) _mm512_storeu_si512(pair + 32 * r, rows[r]);
+  }
+}
+
+}  // namespace
+
+void amx_pack_b_transposed(float* packed, const uint16_t* bt, int ld, int K, int N) {
+  FORGE_CHECK(amx_gemm_fits(32, N, K), "amx_pack_b_transposed: {} x {} is not whole tiles", K, N);
+  FORGE_CHECK(ld % 2 == 0, "amx_pack_b_transposed: odd row stride {}", ld);
+  const int k_tiles = K / 32, ld_words = ld / 2;
+  const auto* w = reinterpret_cast<const uint32_t*>(bt);  // a row's K pairs as words
   auto* out = reinterpret_cast<uint32_t*>(packed);
-  // Word (p, n) of tile (nb, kb) is pair 16 kb + p of row 16 nb + n: the tile is the transpose
-  // of a 16 x 16 block of W's words, gathered a tile row at a time.
+  // Word (p, n) of a B tile is pair 16 kb + p of bt's row 16 nb + n: the tile is the transpose
+  // of a 16 x 16 block of bt's words, gathered a tile row at a time.
   const __m512i rows =
       _mm512_mullo_epi32(_mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0),
-                         _mm512_set1_epi32(pairs));
+                         _mm512_set1_epi32(ld_words));
 #pragma omp parallel for schedule(static)
   for (int nb = 0; nb < N / 16; ++nb)
     for (int kb = 0; kb < k_tiles; ++kb) {
-      const uint32_t* block = w + static_cast<size_t>(16 * nb) * pairs + 16 * kb;
-      uint32_t* tile = out + tile_at(nb, kb, k_tiles);
+      const uint32_t* block = w + static_cast<size_t>(16 * nb) * ld_words + 16 * kb;
+      uint32_t* tile = out + pair_at(nb / 2, kb, k_tiles) + (nb % 2) * kTileWords;
       for (int p = 0; p < 16; ++p)
         _mm512_storeu_si512(tile + 16 * p, _mm512_mask_i32gather_epi32(_mm512_setzero_si512(),
                                                                        0xFFFF, rows, block + p, 4));
     }
 }
 
-void amx_linear_forward(float* out, const uint16_t* x, const float* packed, const float* bias,
-                        int M, int N, int K) {
-  FORGE_CHECK(amx_linear_fits(M, N, K), "amx_linear_forward: {} x {} x {} is not whole tiles", M, N,
-              K);
+void amx_pack_b(float* packed, const uint16_t* b, int ld, int K, int N) {
+  FORGE_CHECK(amx_gemm_fits(32, N, K), "amx_pack_b: {} x {} is not whole tiles", K, N);
+  const int k_tiles = K / 32;
+  auto* out = reinterpret_cast<uint16_t*>(packed);
+  // Tile row p holds, per column n, the pair (B[2p, n], B[2p + 1, n]): rows 2p and 2p + 1
+  // interleaved word by word.
+  alignas(64) uint16_t interleave[32];
+  for (int n = 0; n < 16; ++n) interleave[2 * n] = n, interleave[2 * n + 1] = 32 + n;
+  const __m512i index = _mm512_load_si512(interleave);
+#pragma omp parallel for schedule(static)
+  for (int nb = 0; nb < N / 16; ++nb)
+    for (int kb = 0; kb < k_tiles; ++kb) {
+      const uint16_t* src = b + static_cast<size_t>(32 * kb) * ld + 16 * nb;
+      uint16_t* tile = out + (pair_at(nb / 2, kb, k_tiles) + (nb % 2) * kTileWords) * 2;
+      for (int p = 0; p < 16; ++p) {
+        const __m512i even = _mm512_castsi256_si512(
+            _mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + 2 * p * ld)));
+        const __m512i odd = _mm512_castsi256_si512(
+            _mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + (2 * p + 1) * ld)));
+        _mm512_storeu_si512(tile + 32 * p, _mm512_permutex2var_epi16(even, index, odd));
+      }
+    }
+}
+
+void amx_gemm(float* c, int ldc, const AmxA& a, const float* b_packed, const float* bias, int M,
+              int N, int K) {
+  FORGE_CHECK(amx_gemm_fits(M, N, K), "amx_gemm: {} x {} x {} is not whole tiles", M, N, K);
   const int k_tiles = K / 32, pass = columns_per_pass(N, K);
-  const auto* b = reinterpret_cast<const uint32_t*>(packed);
-  const size_t a_bytes = static_cast<size_t>(K) * 2, c_bytes = static_cast<size_t>(N) * 4;
+  const auto* b = reinterpret_cast<const uint16_t*>(b_packed);
+  auto* a_packed = reinterpret_cast<uint16_t*>(a.room);
+  const size_t c_bytes = static_cast<size_t>(ldc) * 4;
 #pragma omp parallel
   {
+    // Each thread its own run of 32-row blocks, packed by itself (into its caches) and kept
+    // there across the columns of a pass.
+    const auto [first, last] = row_blocks(M, omp_get_thread_num(), omp_get_num_threads());
+    for (int mb = first; mb < last; ++mb)
+      if (a.transposed)
+        pack_a_columns(a_packed, a.data, a.ld, mb, k_tiles);
+      else
+        pack_a_rows(a_packed, a.data, a.ld, mb, k_tiles);
     configure_tiles();
-    // Each thread its own run of 32-row blocks, so that a row block's x stays in its L1/L2
-    // across the columns of a pass.
-    const int blocks = M / 32, t = omp_get_thread_num(), team = omp_get_num_threads();
-    const int first = blocks * t / team, last = blocks * (t + 1) / team;
     for (int n_lo = 0; n_lo < N; n_lo += pass) {
       const int n_hi = std::min(N, n_lo + pass);
       for (int mb = first; mb < last; ++mb) {
-        const uint16_t* a0 = x + static_cast<size_t>(32 * mb) * K;
-        const uint16_t* a1 = a0 + static_cast<size_t>(16) * K;
+        const uint16_t* a_tiles = a_packed + pair_at(mb, 0, k_tiles) * 2;
         for (int n0 = n_lo; n0 < n_hi; n0 += 32) {
           // Bias rows as the accumulators' start (a row stride of 0 repeats one row).
           if (bias) {
@@ -94,23 +179,24 @@ void amx_linear_forward(float* out, const uint16_t* x, const float* packed, cons
             _tile_zero(2);
             _tile_zero(3);
           }
-          const uint32_t* b0 = b + tile_at(n0 / 16, 0, k_tiles);
-          const uint32_t* b1 = b + tile_at(n0 / 16 + 1, 0, k_tiles);
+          const uint16_t* b_tiles = b + pair_at(n0 / 32, 0, k_tiles) * 2;
           for (int kb = 0; kb < k_tiles; ++kb) {
-            _tile_loadd(4, a0 + 32 * kb, a_bytes);
-            _tile_loadd(5, a1 + 32 * kb, a_bytes);
-            _tile_loadd(6, b0 + kb * kTileWords, 64);
-            _tile_loadd(7, b1 + kb * kTileWords, 64);
+            const uint16_t* ak = a_tiles + kb * kPairWords * 2;
+            const uint16_t* bk = b_tiles + kb * kPairWords * 2;
+            _tile_loadd(4, ak, 64);
+            _tile_loadd(5, ak + kTileWords * 2, 64);
+            _tile_loadd(6, bk, 64);
+            _tile_loadd(7, bk + kTileWords * 2, 64);
             _tile_dpbf16ps(0, 4, 6);
             _tile_dpbf16ps(1, 4, 7);
             _tile_dpbf16ps(2, 5, 6);
             _tile_dpbf16ps(3, 5, 7);
           }
-          float* c = out + static_cast<size_t>(32 * mb) * N + n0;
-          _tile_stored(0, c, c_bytes);
-          _tile_stored(1, c + 16, c_bytes);
-          _tile_stored(2, c + 16 * static_cast<size_t>(N), c_bytes);
-          _tile_stored(3, c + 16 * static_cast<size_t>(N) + 16, c_bytes);
+          float* out = c + static_cast<size_t>(32 * mb) * ldc + n0;
+          _tile_stored(0, out, c_bytes);
+          _tile_stored(1, out + 16, c_bytes);
+          _tile_stored(2, out + 16 * static_cast<size_t>(ldc), c_bytes);
+          _tile_stored(3, out + 16 * static_cast<size_t>(ldc) + 16, c_bytes);
         }
       }
     }

@@ -1,16 +1,21 @@
-// The bf16 linear layer's forward product on AMX tiles: out[M, N] = x[M, K] W[N, K]^T + bias,
-// x and W as packed bf16 (uint16_t bit patterns, row-major), fp32 accumulation and output.
+// bf16 products on AMX tiles: C[M, N] = A[M, K] B[K, N] + bias, A and B as packed bf16
+// (uint16_t bit patterns), fp32 accumulation and output. The bf16 linear layer runs its three
+// products here where their shapes are whole tiles: the forward x W^T (B = W^T, packed from W's
+// rows), dout W (B = W, packed from two of W's rows at a time) and dout^T x (A = dout^T, packed
+// from dout's columns).
 // Each output element is summed over k = 0, 1, ..., K-1 in pairs (TDPBF16PS) by one thread,
 // whatever the thread count: the same bits on any team.
 //
-// Why forge's own: in the bf16 step of `small` on an AMX core (Xeon, Emerald Rapids) the
-// linear layers' forward took 31-36 ms per step on it against 41-50 ms on oneDNN 2.6's bf16
-// matmul (three interleaved runs, `forge bench --breakdown` with FORGE_BF16_AMX=1 and 0). In
-// isolation (bench_kernels gemm/amx_bf16 against gemm/onednn_bf16 and onednn_bf16_blocked,
-// its packing counted) it beat oneDNN with its reorder on every forward shape of small and
-// gpt2-124m but one, and oneDNN reading W as it is on 3 of the 10 (both classifiers and
-// small's MLP projection). It takes whole tiles only: M, N and K multiples of 32 (the model shapes
-// of small, gpt2-124m and llama-small are); other shapes stay on oneDNN.
+// Both operands go into the tiles' order first: per 32 rows of A and 32 of K, the two A tiles
+// (16 rows of 64 bytes each) side by side; per 32 columns of B and 32 of K, the two B tiles
+// (16 rows of K pairs by 16 columns) side by side. The inner loop then reads two sequential
+// streams of whole tiles. Reading A's tiles from its rows where they lie (K * 2 bytes apart), as
+// the first version did, was slower on every forward shape of small, gpt2-124m and llama-small
+// (1.1-1.7x the time, medians of 21 calls side by side, packs counted; issue 5's note of
+// 2026-12-05's session 24).
+//
+// Whole tiles only: M, N and K multiples of 32 (the model shapes of small, gpt2-124m and
+// llama-small are); other shapes stay on oneDNN.
 #pragma once
 
 #include <cstddef>
@@ -18,18 +23,29 @@
 
 namespace forge::kernels::cpu {
 
-// True when the shape is one this kernel takes (multiples of 32, none zero).
-bool amx_linear_fits(int M, int N, int K);
+// True when the shape is one these kernels take (multiples of 32, none zero).
+bool amx_gemm_fits(int M, int N, int K);
 
-// W packed as the kernel's B tiles read it, in floats: N * K bf16 values.
-size_t amx_packed_weight_floats(int N, int K);
-// packed = W [N, K] as B tiles: per 16 output columns and 32 of K, one tile of 16 rows of K
-// pairs by 16 columns. Requires amx_linear_fits(any M, N, K).
-void amx_pack_weight(float* packed, const uint16_t* weight, int N, int K);
+// A packed operand of `rows` x K bf16 (A's rows, or B's columns), in floats.
+size_t amx_packed_floats(int rows, int K);
 
-// out = x packed^T + bias (bias may be null). Requires amx_tiles_available() and
-// amx_linear_fits(M, N, K); packed from amx_pack_weight.
-void amx_linear_forward(float* out, const uint16_t* x, const float* packed, const float* bias,
-                        int M, int N, int K);
+// B packed from B^T: bt[n * ld + k] = B[k, n], bt N rows of K (the weight W of x W^T).
+void amx_pack_b_transposed(float* packed, const uint16_t* bt, int ld, int K, int N);
+// B packed from B itself: b[k * ld + n] = B[k, n], b K rows of N.
+void amx_pack_b(float* packed, const uint16_t* b, int ld, int K, int N);
+
+// Where A lies: A[m, k] = data[m * ld + k], or with transposed, A[m, k] = data[k * ld + m].
+// room: amx_packed_floats(M, K) floats the product packs A into (each thread its own rows).
+struct AmxA {
+  const uint16_t* data;
+  int ld;
+  bool transposed;
+  float* room;
+};
+
+// c[m * ldc + n] = sum_k A[m, k] B[k, n] + bias[n] (bias may be null), B from an amx_pack_b*.
+// Requires amx_tiles_available() and amx_gemm_fits(M, N, K).
+void amx_gemm(float* c, int ldc, const AmxA& a, const float* b_packed, const float* bias, int M,
+              int N, int K);
 
 }  // namespace forge::kernels::cpu
