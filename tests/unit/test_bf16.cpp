@@ -250,6 +250,60 @@ TEST(Bf16, LinearMatchesFloat64OnRoundedOperands) {
   check_bf16_linear(96, 32, 64, false, false);
 }
 
+// Sibling layers in place (bf16_linear_forward_parts / backward_parts): each layer's output
+// and output gradient in its own buffer give the bits of the stacked layer followed by
+// split_columns, and of join_columns followed by the stacked backward, since the AMX kernel
+// sums each element the same way wherever it writes it. Widths that are not whole tiles, or
+// more parts than the kernel takes, are refused.
+TEST(AmxGemm, SiblingPartsMatchTheStackedLayerBitForBit) {
+  for (int threads : {1, 3}) {
+    if (!cpu::amx_linear_available()) GTEST_SKIP() << "forge's AMX kernels do not run here";
+    const int saved_threads = omp_get_max_threads();
+    omp_set_num_threads(threads);
+    const int N = 96, IC = 64;
+    const std::vector<int> widths = {64, 32, 96};
+    const int OC = 192;
+    EXPECT_TRUE(cpu::bf16_linear_parts_run(N, IC, widths));
+    EXPECT_FALSE(cpu::bf16_linear_parts_run(N, IC, std::vector<int>{64, 48}));
+    EXPECT_FALSE(cpu::bf16_linear_parts_run(N, IC, std::vector<int>{32, 32, 32, 32, 32}));
+    EXPECT_FALSE(cpu::bf16_linear_parts_run(N + 16, IC, widths));
+    const Floats x = random_floats(size_t(N) * IC, 60), w = random_floats(size_t(OC) * IC, 61),
+                 dout = random_floats(size_t(N) * OC, 62);
+    Floats scratch(cpu::bf16_linear_scratch_floats(N, IC, OC), 0.0f);
+    Floats saved(cpu::bf16_linear_saved_floats(N, IC, OC), 0.0f);
+    // The stacked layer, split and joined as numerics/stacked_linear.h does without parts.
+    Floats out(size_t(N) * OC), dx(size_t(N) * IC), dw(size_t(OC) * IC);
+    cpu::bf16_linear_forward(out.data(), saved.data(), x.data(), w.data(), nullptr, N, IC, OC,
+                             scratch.data());
+    cpu::bf16_linear_backward(dx.data(), dw.data(), nullptr, dout.data(), x.data(), w.data(),
+                              saved.data(), N, IC, OC, scratch.data());
+    std::vector<Floats> outs, douts;
+    for (int width : widths) {
+      outs.emplace_back(size_t(N) * width, std::numeric_limits<float>::quiet_NaN());
+      douts.emplace_back(size_t(N) * width);
+    }
+    std::vector<float*> out_parts, dout_parts;
+    for (size_t i = 0; i < widths.size(); ++i)
+      out_parts.push_back(outs[i].data()), dout_parts.push_back(douts[i].data());
+    cpu::split_columns(dout_parts.data(), widths.data(), 3, dout.data(), N);
+    // In place: fresh saved state and scratch, NaN where they are read before being written.
+    Floats scratch2(scratch.size(), std::numeric_limits<float>::quiet_NaN());
+    Floats saved2(saved.size(), std::numeric_limits<float>::quiet_NaN());
+    Floats dx2(dx.size(), 7.0f), dw2(dw.size(), 7.0f);
+    cpu::bf16_linear_forward_parts(out_parts, widths, saved2.data(), x.data(), w.data(), N, IC,
+                                   scratch2.data());
+    const std::vector<const float*> dout_in(dout_parts.begin(), dout_parts.end());
+    cpu::bf16_linear_backward_parts(dx2.data(), dw2.data(), dout_in, widths, x.data(), w.data(),
+                                    saved2.data(), N, IC, scratch2.data());
+    omp_set_num_threads(saved_threads);
+    Floats joined(out.size());
+    cpu::join_columns(joined.data(), out_parts.data(), widths.data(), 3, N);
+    EXPECT_EQ(std::memcmp(joined.data(), out.data(), out.size() * sizeof(float)), 0);
+    EXPECT_EQ(std::memcmp(dx2.data(), dx.data(), dx.size() * sizeof(float)), 0);
+    EXPECT_EQ(std::memcmp(dw2.data(), dw.data(), dw.size() * sizeof(float)), 0);
+  }
+}
+
 // forge's AMX products run with the AVX-512 kernel set only: FORGE_CPU_ISA=avx2 or generic
 // stands for a CPU without AVX-512, which has no AMX either.
 TEST(AmxGemm, RunsWithTheAvx512KernelSetOnly) {
@@ -317,8 +371,9 @@ TEST(AmxGemm, ProductMatchesFloat64OnEveryTeam) {
       for (int threads = 1; threads <= 3; ++threads) {
         omp_set_num_threads(threads);
         Floats out(size_t(M) * ldc, nan);
-        cpu::amx_gemm(out.data(), ldc, {a_stored.data(), lda, a_transposed, a_room.data()},
-                      b_packed.data(), with_bias ? bias.data() : nullptr, M, N, K);
+        cpu::amx_gemm(cpu::amx_c(out.data(), ldc, N),
+                      {a_stored.data(), lda, a_transposed, a_room.data()}, b_packed.data(),
+                      with_bias ? bias.data() : nullptr, M, N, K);
         outs.push_back(std::move(out));
       }
       omp_set_num_threads(saved_threads);

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cstddef>
 #include <cstdlib>
+#include <span>
 #include <string>
 
 #ifdef FORGE_HAVE_DNNL
@@ -454,6 +455,12 @@ namespace {
 // bf16 dot products, else bf16-rounded values left in fp32 into the fp32 GEMM (the same
 // products, see the header). Each path plans its own room: forward_room_floats for the forward
 // product, backward_room_floats for the backward's beside dout's operand(s).
+// Sibling layers' output gradients side by side: part i [N, widths[i]] at data[i].
+struct GradientParts {
+  std::span<const float* const> data;
+  std::span<const int> widths;
+};
+
 struct NativeBf16 {
   using Operand = uint16_t;
   // The backward's dout operands. On AMX with whole tiles, forge's kernel packs dout's rows
@@ -488,16 +495,34 @@ struct NativeBf16 {
     else
       bf16_gradient_rows(g, dbias, dout, N, OC);
   }
+  // g's rows from sibling layers' output gradients side by side (no bias). Requires
+  // amx_backward(N, IC, OC), which wants no dout^T.
+  static void convert_gradient(Operand* g, Operand* /*gt*/, float* /*dbias*/,
+                               const GradientParts& dout, int N, int /*IC*/, int OC) {
+#pragma omp parallel for schedule(static)
+    for (int n = 0; n < N; ++n) {
+      Operand* row = g + static_cast<size_t>(n) * OC;
+      for (size_t i = 0; i < dout.data.size(); ++i) {
+        const size_t width = static_cast<size_t>(dout.widths[i]);
+        to_bf16_serial(row, dout.data[i] + n * width, width);
+        row += width;
+      }
+    }
+  }
   // out = x W^T + bias: forge's AMX kernel where it takes the shape, both operands packed into
   // room; else oneDNN with the weight in its own layout there.
   static void forward_product(float* out, const Operand* x, const Operand* w, const float* bias,
                               int N, int IC, int OC, float* room) {
-    if (amx_linear_forward_runs(N, OC, IC)) {
-      amx_pack_b_transposed(room, w, IC, IC, OC);
-      amx_gemm(out, OC, {x, IC, false, room + amx_packed_floats(OC, IC)}, room, bias, N, OC, IC);
-      return;
-    }
+    if (amx_linear_forward_runs(N, OC, IC))
+      return forward_product(amx_c(out, OC, OC), x, w, bias, N, IC, OC, room);
     gemm_bf16(false, true, N, OC, IC, x, IC, w, IC, 0.0f, out, OC, bias, room);
+  }
+  // The same on forge's AMX kernel into sibling layers' outputs. Requires
+  // amx_linear_forward_runs(N, OC, IC).
+  static void forward_product(const AmxC& out, const Operand* x, const Operand* w,
+                              const float* bias, int N, int IC, int OC, float* room) {
+    amx_pack_b_transposed(room, w, IC, IC, OC);
+    amx_gemm(out, {x, IC, false, room + amx_packed_floats(OC, IC)}, room, bias, N, OC, IC);
   }
   // dinp = dout W (when dinp is not null) and dweight = dout^T inp, g dout's rows and gt dout^T
   // (where convert_gradient made it, else room for A's tiles).
@@ -508,10 +533,10 @@ struct NativeBf16 {
       float* a_room = reinterpret_cast<float*>(gt);
       if (dinp) {
         amx_pack_b(room, w, IC, OC, IC);
-        amx_gemm(dinp, IC, {g, OC, false, a_room}, room, nullptr, N, IC, OC);
+        amx_gemm(amx_c(dinp, IC, IC), {g, OC, false, a_room}, room, nullptr, N, IC, OC);
       }
       amx_pack_b(room, x, IC, N, IC);
-      amx_gemm(dweight, IC, {g, OC, true, a_room}, room, nullptr, OC, IC, N);
+      amx_gemm(amx_c(dweight, IC, IC), {g, OC, true, a_room}, room, nullptr, OC, IC, N);
       return;
     }
     if (dinp) gemm_bf16(false, false, N, IC, OC, g, OC, w, IC, 0.0f, dinp, IC);
@@ -579,9 +604,11 @@ size_t forward_scratch_floats(int N, int IC, int OC) {
          Path::forward_room_floats(N, IC, OC);
 }
 
-template <typename Path>
-void forward_on(float* out, float* saved, const float* inp, const float* weight, const float* bias,
-                int N, int IC, int OC, float* scratch, bool inp_in_saved, float* weight_operand) {
+// out: float* (one [N, OC] matrix) or, on the AMX kernel, AmxC (sibling layers' outputs).
+template <typename Path, typename Out>
+void forward_on(const Out& out, float* saved, const float* inp, const float* weight,
+                const float* bias, int N, int IC, int OC, float* scratch, bool inp_in_saved,
+                float* weight_operand) {
   using T = typename Path::Operand;
   const size_t x_floats = saved_floats<Path>(N, IC);
   const size_t w_floats = operand_floats<Path>(static_cast<size_t>(OC) * IC);
@@ -594,8 +621,9 @@ void forward_on(float* out, float* saved, const float* inp, const float* weight,
 
 // The backward's scratch: dout's operand(s), inp's (without saved), the weight's (without a
 // weight_operand), then the path's room for its products.
-template <typename Path>
-void backward_on(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
+// dout: const float* (one [N, OC] matrix) or, on the AMX kernel, GradientParts.
+template <typename Path, typename Dout>
+void backward_on(float* dinp, float* dweight, float* dbias, const Dout& dout, const float* inp,
                  const float* weight, const float* saved, int N, int IC, int OC, float* scratch,
                  const float* weight_operand) {
   using T = typename Path::Operand;
@@ -664,6 +692,49 @@ void bf16_linear_backward(float* dinp, float* dweight, float* dbias, const float
   else
     backward_on<RoundedFp32>(dinp, dweight, dbias, dout, inp, weight, saved, N, IC, OC, scratch,
                              weight_operand);
+}
+
+bool bf16_linear_parts_run(int N, int IC, std::span<const int> widths) {
+  if (widths.empty() || widths.size() > static_cast<size_t>(AmxC::kMaxParts)) return false;
+  int OC = 0;
+  for (int w : widths) {
+    if (w <= 0 || w % 32 != 0) return false;
+    OC += w;
+  }
+  return amx_linear_forward_runs(N, OC, IC) && amx_linear_backward_runs(N, IC, OC);
+}
+
+namespace {
+int parts_width(std::span<const int> widths, size_t count, const char* what) {
+  FORGE_CHECK(count == widths.size(), "{}: {} parts, {} widths", what, count, widths.size());
+  int OC = 0;
+  for (int w : widths) OC += w;
+  return OC;
+}
+}  // namespace
+
+void bf16_linear_forward_parts(std::span<float* const> outs, std::span<const int> widths,
+                               float* saved, const float* inp, const float* weight, int N, int IC,
+                               float* scratch, bool inp_in_saved, float* weight_operand) {
+  const int OC = parts_width(widths, outs.size(), "bf16_linear_forward_parts");
+  FORGE_CHECK(bf16_linear_parts_run(N, IC, widths),
+              "bf16_linear_forward_parts: {} x {} x {} not on the AMX kernel", N, IC, OC);
+  AmxC c;
+  c.count = static_cast<int>(outs.size());
+  for (int i = 0; i < c.count; ++i) c.out[i] = outs[i], c.width[i] = c.ld[i] = widths[i];
+  forward_on<NativeBf16>(c, saved, inp, weight, nullptr, N, IC, OC, scratch, inp_in_saved,
+                         weight_operand);
+}
+
+void bf16_linear_backward_parts(float* dinp, float* dweight, std::span<const float* const> douts,
+                                std::span<const int> widths, const float* inp, const float* weight,
+                                const float* saved, int N, int IC, float* scratch,
+                                const float* weight_operand) {
+  const int OC = parts_width(widths, douts.size(), "bf16_linear_backward_parts");
+  FORGE_CHECK(bf16_linear_parts_run(N, IC, widths),
+              "bf16_linear_backward_parts: {} x {} x {} not on the AMX kernel", N, IC, OC);
+  backward_on<NativeBf16>(dinp, dweight, nullptr, GradientParts{douts, widths}, inp, weight, saved,
+                          N, IC, OC, scratch, weight_operand);
 }
 
 }  // namespace cpu

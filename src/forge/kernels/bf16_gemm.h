@@ -11,6 +11,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <span>
 
 namespace forge::kernels {
 
@@ -128,6 +129,21 @@ void bf16_linear_forward(float* out, float* saved, const float* inp, const float
 void bf16_linear_backward(float* dinp, float* dweight, float* dbias, const float* dout,
                           const float* inp, const float* weight, const float* saved, int N, int IC,
                           int OC, float* scratch, const float* weight_operand = nullptr);
+
+// The same for sibling layers whose weights lie back to back (one stacked weight of sum widths
+// rows): forward writes each layer's output [N, widths[i]] into outs[i], backward reads each
+// one's output gradient from douts[i], with no stacked copy of either (no bias). Scratch,
+// saved and weight_operand as above for OC = sum widths. Only where bf16_linear_parts_run:
+// forge's AMX kernel runs the stacked layer's products (widths multiples of 32, at most 4).
+bool bf16_linear_parts_run(int N, int IC, std::span<const int> widths);
+void bf16_linear_forward_parts(std::span<float* const> outs, std::span<const int> widths,
+                               float* saved, const float* inp, const float* weight, int N, int IC,
+                               float* scratch, bool inp_in_saved = false,
+                               float* weight_operand = nullptr);
+void bf16_linear_backward_parts(float* dinp, float* dweight, std::span<const float* const> douts,
+                                std::span<const int> widths, const float* inp, const float* weight,
+                                const float* saved, int N, int IC, float* scratch,
+                                const float* weight_operand = nullptr);
 
 }  // namespace cpu
 

@@ -12,6 +12,8 @@
 #include <cstdlib>
 #include <initializer_list>
 #include <memory>
+#include <numeric>
+#include <span>
 #include <vector>
 
 #include "forge/core/error.h"
@@ -145,6 +147,27 @@ class Bf16Numerics final : public Numerics {
                        int OC) override {
     k::bf16_linear_backward(dinp, dweight, dbias, dout, inp, weight, saved, N, IC, OC,
                             scratch_for(N, IC, OC), weight_slot(weight, IC, OC, false));
+  }
+
+  // On forge's AMX kernel the stacked layer writes (and reads the gradients of) each sibling
+  // in place, as the bf16 linear kernels' parts functions do.
+  bool linear_forward_into_parts(std::span<float* const> outs, std::span<const int> widths,
+                                 float* saved, const float* inp, const float* weight, int N,
+                                 int IC) override {
+    if (!k::bf16_linear_parts_run(N, IC, widths)) return false;
+    const int OC = std::accumulate(widths.begin(), widths.end(), 0);
+    k::bf16_linear_forward_parts(outs, widths, saved, inp, weight, N, IC, scratch_for(N, IC, OC),
+                                 /*inp_in_saved=*/false, weight_slot(weight, IC, OC, true));
+    return true;
+  }
+  bool linear_backward_from_parts(float* dinp, float* dweight, std::span<const float* const> douts,
+                                  std::span<const int> widths, const float* inp,
+                                  const float* weight, const float* saved, int N, int IC) override {
+    if (!k::bf16_linear_parts_run(N, IC, widths)) return false;
+    const int OC = std::accumulate(widths.begin(), widths.end(), 0);
+    k::bf16_linear_backward_parts(dinp, dweight, douts, widths, inp, weight, saved, N, IC,
+                                  scratch_for(N, IC, OC), weight_slot(weight, IC, OC, false));
+    return true;
   }
 
   // As `fast` does (numerics/stacked_linear.h): one GEMM by the stacked weight, whose bf16

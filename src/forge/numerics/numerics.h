@@ -148,6 +148,26 @@ class Numerics {
                                         const float* saved, std::initializer_list<int> widths,
                                         int N, int IC);
 
+  // The stacked layer of such siblings (weights back to back, OC = sum widths, no bias)
+  // writing each layer's output into outs[i] in forward and reading each one's output
+  // gradient from douts[i] in backward, where the profile's products can (no stacked product
+  // and no copy into or out of it); false, having done nothing, where they cannot (the
+  // default): numerics/stacked_linear.h then splits and joins through the stacked room.
+  virtual bool linear_forward_into_parts(std::span<float* const> outs, std::span<const int> widths,
+                                         float* saved, const float* inp, const float* weight, int N,
+                                         int IC) {
+    (void)outs, (void)widths, (void)saved, (void)inp, (void)weight, (void)N, (void)IC;
+    return false;
+  }
+  virtual bool linear_backward_from_parts(float* dinp, float* dweight,
+                                          std::span<const float* const> douts,
+                                          std::span<const int> widths, const float* inp,
+                                          const float* weight, const float* saved, int N, int IC) {
+    (void)dinp, (void)dweight, (void)douts, (void)widths, (void)inp, (void)weight, (void)saved;
+    (void)N, (void)IC;
+    return false;
+  }
+
   // --- causal multi-head self-attention ---------------------------------------------------
   // qkv[B,T,3C] holds q | k | v, each [B,T,NH,hd]; out[B,T,C] = softmax(q k^T / sqrt(hd) +
   // causal mask) v, heads concatenated. saved: attention_saved_floats() floats kept for

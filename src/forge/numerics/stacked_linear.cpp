@@ -36,6 +36,10 @@ bool stacked_siblings_forward(Numerics& nx, std::span<float> stacked,
   const int rows = stacked_width(weights, widths, IC);
   if (rows == 0 || outs.size() != weights.size() || static_cast<size_t>(N) * rows > stacked.size())
     return false;
+  const std::span<float* const> parts(outs.begin(), outs.size());
+  const std::span<const int> part_widths(widths.begin(), widths.size());
+  if (nx.linear_forward_into_parts(parts, part_widths, saved, inp, *weights.begin(), N, IC))
+    return true;
   nx.linear_forward(stacked.data(), saved, inp, *weights.begin(), nullptr, N, IC, rows);
   kernels::cpu::split_columns(outs.begin(), widths.begin(), static_cast<int>(outs.size()),
                               stacked.data(), N);
@@ -51,6 +55,10 @@ bool stacked_siblings_backward(Numerics& nx, std::span<float> stacked, float* di
   if (rows == 0 || douts.size() != weights.size() || stacked_width(dweights, widths, IC) != rows ||
       static_cast<size_t>(N) * rows > stacked.size())
     return false;
+  if (nx.linear_backward_from_parts(
+          dinp, *dweights.begin(), std::span<const float* const>(douts.begin(), douts.size()),
+          std::span<const int>(widths.begin(), widths.size()), inp, *weights.begin(), saved, N, IC))
+    return true;
   kernels::cpu::join_columns(stacked.data(), douts.begin(), widths.begin(),
                              static_cast<int>(douts.size()), N);
   nx.linear_backward(dinp, *dweights.begin(), nullptr, stacked.data(), inp, *weights.begin(), saved,

@@ -19,6 +19,12 @@ size_t amx_packed_floats(int rows, int K) {
   return static_cast<size_t>(rows) * static_cast<size_t>(K) / 2;
 }
 
+AmxC amx_c(float* c, int ldc, int N) {
+  AmxC parts;
+  parts.count = 1, parts.out[0] = c, parts.width[0] = N, parts.ld[0] = ldc;
+  return parts;
+}
+
 namespace {
 
 constexpr int kTileWords = 16 * 16;  // one tile: 16 rows of 64 bytes
@@ -144,13 +150,20 @@ void amx_pack_b(float* packed, const uint16_t* b, int ld, int K, int N) {
     }
 }
 
-void amx_gemm(float* c, int ldc, const AmxA& a, const float* b_packed, const float* bias, int M,
-              int N, int K) {
+void amx_gemm(const AmxC& c, const AmxA& a, const float* b_packed, const float* bias, int M, int N,
+              int K) {
   FORGE_CHECK(amx_gemm_fits(M, N, K), "amx_gemm: {} x {} x {} is not whole tiles", M, N, K);
+  FORGE_CHECK(c.count >= 1 && c.count <= AmxC::kMaxParts, "amx_gemm: {} output parts", c.count);
+  int columns = 0;
+  for (int i = 0; i < c.count; ++i) {
+    FORGE_CHECK(c.width[i] > 0 && c.width[i] % 32 == 0 && c.ld[i] >= c.width[i],
+                "amx_gemm: output part {} of width {} and row stride {}", i, c.width[i], c.ld[i]);
+    columns += c.width[i];
+  }
+  FORGE_CHECK(columns == N, "amx_gemm: output parts of {} columns for {}", columns, N);
   const int k_tiles = K / 32, pass = columns_per_pass(N, K);
   const auto* b = reinterpret_cast<const uint16_t*>(b_packed);
   auto* a_packed = reinterpret_cast<uint16_t*>(a.room);
-  const size_t c_bytes = static_cast<size_t>(ldc) * 4;
 #pragma omp parallel
   {
     // Each thread its own run of 32-row blocks, packed by itself (into its caches) and kept
@@ -166,7 +179,9 @@ void amx_gemm(float* c, int ldc, const AmxA& a, const float* b_packed, const flo
       const int n_hi = std::min(N, n_lo + pass);
       for (int mb = first; mb < last; ++mb) {
         const uint16_t* a_tiles = a_packed + pair_at(mb, 0, k_tiles) * 2;
+        int part = 0, part_start = 0;  // the part holding column n0
         for (int n0 = n_lo; n0 < n_hi; n0 += 32) {
+          while (n0 >= part_start + c.width[part]) part_start += c.width[part++];
           // Bias rows as the accumulators' start (a row stride of 0 repeats one row).
           if (bias) {
             _tile_loadd(0, bias + n0, 0);
@@ -192,11 +207,12 @@ void amx_gemm(float* c, int ldc, const AmxA& a, const float* b_packed, const flo
             _tile_dpbf16ps(2, 5, 6);
             _tile_dpbf16ps(3, 5, 7);
           }
-          float* out = c + static_cast<size_t>(32 * mb) * ldc + n0;
-          _tile_stored(0, out, c_bytes);
-          _tile_stored(1, out + 16, c_bytes);
-          _tile_stored(2, out + 16 * static_cast<size_t>(ldc), c_bytes);
-          _tile_stored(3, out + 16 * static_cast<size_t>(ldc) + 16, c_bytes);
+          const size_t ld = static_cast<size_t>(c.ld[part]);
+          float* out = c.out[part] + 32 * mb * ld + (n0 - part_start);
+          _tile_stored(0, out, ld * 4);
+          _tile_stored(1, out + 16, ld * 4);
+          _tile_stored(2, out + 16 * ld, ld * 4);
+          _tile_stored(3, out + 16 * ld + 16, ld * 4);
         }
       }
     }

@@ -43,9 +43,22 @@ struct AmxA {
   float* room;
 };
 
-// c[m * ldc + n] = sum_k A[m, k] B[k, n] + bias[n] (bias may be null), B from an amx_pack_b*.
-// Requires amx_tiles_available() and amx_gemm_fits(M, N, K).
-void amx_gemm(float* c, int ldc, const AmxA& a, const float* b_packed, const float* bias, int M,
-              int N, int K);
+// Where C goes: its columns in parts side by side, part i (columns [start, start + width[i]))
+// at out[i] with rows ld[i] apart; widths multiples of 32. One part is a plain matrix; several
+// are sibling layers' outputs, each in its own buffer (Llama's q | k | v, gate | up).
+struct AmxC {
+  static constexpr int kMaxParts = 4;
+  int count = 0;
+  float* out[kMaxParts] = {};
+  int width[kMaxParts] = {}, ld[kMaxParts] = {};
+};
+// C as one [M, N] matrix, rows ldc apart.
+AmxC amx_c(float* c, int ldc, int N);
+
+// C = A B + bias (bias, N values, may be null), B from an amx_pack_b*: C[m, n] = sum_k A[m, k]
+// B[k, n] + bias[n]. Requires amx_tiles_available(), amx_gemm_fits(M, N, K) and c's widths
+// summing to N.
+void amx_gemm(const AmxC& c, const AmxA& a, const float* b_packed, const float* bias, int M, int N,
+              int K);
 
 }  // namespace forge::kernels::cpu
