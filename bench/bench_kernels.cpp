@@ -190,7 +190,9 @@ void BM_GemmAmx(benchmark::State& state, LinearShape s, Pass p, bool pack_only) 
     else
       cpu::amx_pack_b(b_packed.data(), b.data(), g.ldb, g.K, g.N);
     if (!pack_only)
-      cpu::amx_gemm(cpu::amx_c(g.C, g.N, g.N), {a.data(), g.lda, g.transA, a_room.data()},
+      cpu::amx_gemm(cpu::amx_c(g.C, g.N, g.N),
+                    {a.data(), g.lda, g.transA ? cpu::AmxLayout::kColumns : cpu::AmxLayout::kRows,
+                     a_room.data()},
                     b_packed.data(), p == Pass::kForward ? bias.data() : nullptr, g.M, g.N, g.K);
     benchmark::ClobberMemory();
   }

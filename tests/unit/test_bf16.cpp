@@ -319,86 +319,136 @@ TEST(AmxGemm, RunsWithTheAvx512KernelSetOnly) {
 }
 
 // The AMX product against float64 on the same bf16 operands, for every way the linear layer
-// hands it A (rows, or columns: dout^T) and B (from B^T: the weight of x W^T, or from B's
-// rows), with row strides wider than the rows: fp32 accumulation's error only, every element
-// of C written and nothing beside it, and the same bits on 1, 2 and 3 threads. Shapes: one
-// tile block, several blocks each way (more row blocks than threads, and fewer), K long enough
-// for many K steps, and columns wider than one pass over A (columns_per_pass).
+// hands it A (rows; columns, as dout^T; already in the tiles' order, or the tiles of A^T) and B
+// (from B^T: the weight of x W^T, or from B's rows), with row strides wider than the rows:
+// fp32 accumulation's error only, every element of C written and nothing beside it, and the
+// same bits on 1, 2 and 3 threads. Shapes: one tile block, several blocks each way (more row
+// blocks than threads, and fewer), K long enough for many K steps, and columns wider than one
+// pass over A (columns_per_pass).
 TEST(AmxGemm, ProductMatchesFloat64OnEveryTeam) {
   if (!cpu::amx_tiles_available()) GTEST_SKIP() << "no usable AMX tiles on this CPU";
   EXPECT_FALSE(cpu::amx_gemm_fits(32, 48, 32));
   EXPECT_FALSE(cpu::amx_gemm_fits(33, 32, 32));
   EXPECT_FALSE(cpu::amx_gemm_fits(32, 32, 0));
+  using cpu::AmxLayout;
+  const char* const layout_names[] = {"rows", "columns", "tiles", "tiles of A^T"};
   const int saved_threads = omp_get_max_threads();
   const float nan = std::numeric_limits<float>::quiet_NaN();
   int seed = 80;
   for (auto [M, N, K] : {std::tuple{32, 32, 32}, std::tuple{96, 64, 160}, std::tuple{32, 160, 64},
                          std::tuple{256, 96, 1536}, std::tuple{64, 1088, 1024}}) {
-    for (int form = 0; form < 4; ++form) {
-      const bool a_transposed = form & 1, b_transposed = form & 2, with_bias = form != 1;
-      SCOPED_TRACE(testing::Message()
-                   << M << " x " << N << " x " << K << " A " << (a_transposed ? "columns" : "rows")
-                   << ", B " << (b_transposed ? "from B^T" : "rows")
-                   << (with_bias ? ", bias" : ""));
-      ASSERT_TRUE(cpu::amx_gemm_fits(M, N, K));
-      // A [M, K] and B [K, N] as float64 references, stored the way the product reads them
-      // with 32 (A) and 16 (B) elements of padding per stored row.
-      const int lda = (a_transposed ? M : K) + 32, ldb = (b_transposed ? K : N) + 16;
-      const Floats a = random_floats(size_t(M) * K, seed++),
-                   b = random_floats(size_t(K) * N, seed++), bias = random_floats(N, seed++);
-      std::vector<uint16_t> a_stored(size_t(a_transposed ? K : M) * lda, 0xFFFF),
-          b_stored(size_t(b_transposed ? N : K) * ldb, 0xFFFF);  // padding: bf16 NaN
-      std::vector<double> a_rounded(a.size()), b_rounded(b.size());
-      for (int m = 0; m < M; ++m)
-        for (int k = 0; k < K; ++k) {
-          const uint16_t v = scalar::bf16_bits(a[size_t(m) * K + k]);
-          a_rounded[size_t(m) * K + k] = scalar::bf16_to_float(v);
-          a_stored[a_transposed ? size_t(k) * lda + m : size_t(m) * lda + k] = v;
+    for (AmxLayout layout :
+         {AmxLayout::kRows, AmxLayout::kColumns, AmxLayout::kTiles, AmxLayout::kTilesOfTranspose})
+      for (bool b_transposed : {false, true}) {
+        const bool with_bias = layout != AmxLayout::kColumns || b_transposed;
+        SCOPED_TRACE(testing::Message()
+                     << M << " x " << N << " x " << K << " A "
+                     << layout_names[static_cast<int>(layout)] << ", B "
+                     << (b_transposed ? "from B^T" : "rows") << (with_bias ? ", bias" : ""));
+        ASSERT_TRUE(cpu::amx_gemm_fits(M, N, K));
+        // A [M, K] and B [K, N] as float64 references, stored the way the product reads them,
+        // with 32 (A) and 16 (B) elements of padding per stored row where it has rows.
+        const bool a_columns = layout == AmxLayout::kColumns;
+        const int lda = (a_columns ? M : K) + 32, ldb = (b_transposed ? K : N) + 16;
+        const Floats a = random_floats(size_t(M) * K, seed++),
+                     b = random_floats(size_t(K) * N, seed++), bias = random_floats(N, seed++);
+        std::vector<uint16_t> a_stored(size_t(a_columns ? K : M) * lda, 0xFFFF),
+            b_stored(size_t(b_transposed ? N : K) * ldb, 0xFFFF);  // padding: bf16 NaN
+        std::vector<double> a_rounded(a.size()), b_rounded(b.size());
+        for (int m = 0; m < M; ++m)
+          for (int k = 0; k < K; ++k) {
+            const uint16_t v = scalar::bf16_bits(a[size_t(m) * K + k]);
+            a_rounded[size_t(m) * K + k] = scalar::bf16_to_float(v);
+            switch (layout) {
+              case AmxLayout::kRows:
+                a_stored[size_t(m) * lda + k] = v;
+                break;
+              case AmxLayout::kColumns:
+                a_stored[size_t(k) * lda + m] = v;
+                break;
+              case AmxLayout::kTiles:
+                a_stored[cpu::amx_tiles_index(m, k / 32 * 32, K) + k % 32] = v;
+                break;
+              case AmxLayout::kTilesOfTranspose:
+                a_stored[cpu::amx_tiles_index(k, m / 32 * 32, M) + m % 32] = v;
+                break;
+            }
+          }
+        for (int k = 0; k < K; ++k)
+          for (int n = 0; n < N; ++n) {
+            const uint16_t v = scalar::bf16_bits(b[size_t(k) * N + n]);
+            b_rounded[size_t(k) * N + n] = scalar::bf16_to_float(v);
+            b_stored[b_transposed ? size_t(n) * ldb + k : size_t(k) * ldb + n] = v;
+          }
+        Floats b_packed(cpu::amx_packed_floats(N, K), nan);
+        Floats a_room(cpu::amx_packed_floats(M, K), nan);
+        if (b_transposed)
+          cpu::amx_pack_b_transposed(b_packed.data(), b_stored.data(), ldb, K, N);
+        else
+          cpu::amx_pack_b(b_packed.data(), b_stored.data(), ldb, K, N);
+        const int ldc = N + 8;
+        std::vector<Floats> outs;
+        for (int threads = 1; threads <= 3; ++threads) {
+          omp_set_num_threads(threads);
+          Floats out(size_t(M) * ldc, nan);
+          cpu::amx_gemm(
+              cpu::amx_c(out.data(), ldc, N),
+              {a_stored.data(), lda, layout, layout == AmxLayout::kTiles ? nullptr : a_room.data()},
+              b_packed.data(), with_bias ? bias.data() : nullptr, M, N, K);
+          outs.push_back(std::move(out));
         }
-      for (int k = 0; k < K; ++k)
-        for (int n = 0; n < N; ++n) {
-          const uint16_t v = scalar::bf16_bits(b[size_t(k) * N + n]);
-          b_rounded[size_t(k) * N + n] = scalar::bf16_to_float(v);
-          b_stored[b_transposed ? size_t(n) * ldb + k : size_t(k) * ldb + n] = v;
+        omp_set_num_threads(saved_threads);
+        double worst = 0.0;
+        for (int m = 0; m < M; ++m) {
+          for (int n = 0; n < N; ++n) {
+            double want = with_bias ? bias[n] : 0.0;
+            for (int k = 0; k < K; ++k)
+              want += a_rounded[size_t(m) * K + k] * b_rounded[size_t(k) * N + n];
+            const float got = outs[0][size_t(m) * ldc + n];
+            ASSERT_FALSE(std::isnan(got)) << "C[" << m << ", " << n << "] not written";
+            worst = std::max(worst, std::fabs(got - want) / (1.0 + std::fabs(want)));
+          }
+          for (int n = N; n < ldc; ++n)
+            ASSERT_TRUE(std::isnan(outs[0][size_t(m) * ldc + n])) << "wrote beside C's row " << m;
         }
-      Floats b_packed(cpu::amx_packed_floats(N, K), nan), a_room(cpu::amx_packed_floats(M, K), nan);
-      if (b_transposed)
-        cpu::amx_pack_b_transposed(b_packed.data(), b_stored.data(), ldb, K, N);
-      else
-        cpu::amx_pack_b(b_packed.data(), b_stored.data(), ldb, K, N);
-      const int ldc = N + 8;
-      std::vector<Floats> outs;
-      for (int threads = 1; threads <= 3; ++threads) {
-        omp_set_num_threads(threads);
-        Floats out(size_t(M) * ldc, nan);
-        cpu::amx_gemm(cpu::amx_c(out.data(), ldc, N),
-                      {a_stored.data(), lda, a_transposed, a_room.data()}, b_packed.data(),
-                      with_bias ? bias.data() : nullptr, M, N, K);
-        outs.push_back(std::move(out));
-      }
-      omp_set_num_threads(saved_threads);
-      double worst = 0.0;
-      for (int m = 0; m < M; ++m) {
-        for (int n = 0; n < N; ++n) {
-          double want = with_bias ? bias[n] : 0.0;
-          for (int k = 0; k < K; ++k)
-            want += a_rounded[size_t(m) * K + k] * b_rounded[size_t(k) * N + n];
-          const float got = outs[0][size_t(m) * ldc + n];
-          ASSERT_FALSE(std::isnan(got)) << "C[" << m << ", " << n << "] not written";
-          worst = std::max(worst, std::fabs(got - want) / (1.0 + std::fabs(want)));
+        // K products of unit-scale operands, summed in fp32: errors of a few ulp of the sum.
+        EXPECT_LT(worst, 1e-5 * std::sqrt(double(K)));
+        for (int t : {1, 2}) {
+          ASSERT_EQ(outs[t].size(), outs[0].size());
+          EXPECT_EQ(std::memcmp(outs[t].data(), outs[0].data(), outs[0].size() * sizeof(float)), 0)
+              << (t + 1) << " threads";
         }
-        for (int n = N; n < ldc; ++n)
-          ASSERT_TRUE(std::isnan(outs[0][size_t(m) * ldc + n])) << "wrote beside C's row " << m;
       }
-      // K products of unit-scale operands, summed in fp32: errors of a few ulp of the sum.
-      EXPECT_LT(worst, 1e-5 * std::sqrt(double(K)));
-      for (int t : {1, 2}) {
-        ASSERT_EQ(outs[t].size(), outs[0].size());
-        EXPECT_EQ(std::memcmp(outs[t].data(), outs[0].data(), outs[0].size() * sizeof(float)), 0)
-            << (t + 1) << " threads";
-      }
-    }
   }
+}
+
+// dout's operand in the AMX tiles' order (bf16_gradient_tiles): every element where
+// amx_tiles_index puts it, with the bits of bf16_gradient_rows' g, and the same bias gradient,
+// on any team.
+TEST(AmxGemm, GradientTilesHoldTheRowsOperandBitForBit) {
+  const int saved_threads = omp_get_max_threads();
+  for (auto [N, OC] : {std::pair{32, 32}, std::pair{96, 160}, std::pair{64, 1088}})
+    for (bool with_bias : {false, true})
+      for (int threads : {1, 3}) {
+        SCOPED_TRACE(testing::Message()
+                     << N << " x " << OC << (with_bias ? " bias " : " ") << threads << " threads");
+        omp_set_num_threads(threads);
+        const Floats dout = random_floats(size_t(N) * OC, 70);
+        std::vector<uint16_t> rows(dout.size()), tiles(dout.size(), 0xFFFF);
+        Floats db_rows(OC, 5.0f), db_tiles(OC, 5.0f);
+        cpu::bf16_gradient_rows(rows.data(), with_bias ? db_rows.data() : nullptr, dout.data(), N,
+                                OC);
+        cpu::bf16_gradient_tiles(tiles.data(), with_bias ? db_tiles.data() : nullptr, dout.data(),
+                                 N, OC);
+        for (int n = 0; n < N; ++n)
+          for (int o = 0; o < OC; ++o)
+            ASSERT_EQ(tiles[cpu::amx_tiles_index(n, o / 32 * 32, OC) + o % 32],
+                      rows[size_t(n) * OC + o])
+                << "(" << n << ", " << o << ")";
+        EXPECT_EQ(db_tiles, db_rows);
+      }
+  omp_set_num_threads(saved_threads);
+  EXPECT_THROW(cpu::bf16_gradient_tiles(nullptr, nullptr, nullptr, 48, 32), forge::Error);
 }
 
 // A GPT-2-like step of 2 x 5 tokens, C = 12, 3 heads, for the profile tests.

@@ -378,6 +378,22 @@ void bf16_gradient_operands(uint16_t* g, uint16_t* gt, float* dbias, const float
   }
 }
 
+void bf16_gradient_tiles(uint16_t* tiles, float* dbias, const float* dout, int N, int OC) {
+  FORGE_CHECK(amx_gemm_fits(N, 32, OC), "bf16_gradient_tiles: {} x {} is not whole tiles", N, OC);
+  // Each row's runs of 32 columns go where amx_gemm reads them.
+  const auto row_runs = [&](int n, int o0, int o1) {
+    const float* row = dout + static_cast<size_t>(n) * OC;
+    for (int o = o0; o < o1; o += 32)
+      to_bf16_serial(tiles + amx_tiles_index(n, o, OC), row + o, 32);
+  };
+  if (dbias) {
+    column_sums(dbias, dout, N, OC, row_runs);  // chunks of whole runs: OC is a multiple of 32
+    return;
+  }
+#pragma omp parallel for schedule(static)
+  for (int n = 0; n < N; ++n) row_runs(n, 0, OC);
+}
+
 void bf16_gradient_rows(uint16_t* g, float* dbias, const float* dout, int N, int OC) {
   if (!dbias) {
     to_bf16(g, dout, static_cast<size_t>(N) * OC);
@@ -490,22 +506,24 @@ struct NativeBf16 {
   static void convert(Operand* out, const float* in, size_t n) { to_bf16(out, in, n); }
   static void convert_gradient(Operand* g, Operand* gt, float* dbias, const float* dout, int N,
                                int IC, int OC) {
-    if (transposed_gradient(N, IC, OC))
+    if (amx_backward(N, IC, OC))
+      bf16_gradient_tiles(g, dbias, dout, N, OC);
+    else if (transposed_gradient(N, IC, OC))
       bf16_gradient_operands(g, gt, dbias, dout, N, OC);
     else
       bf16_gradient_rows(g, dbias, dout, N, OC);
   }
-  // g's rows from sibling layers' output gradients side by side (no bias). Requires
-  // amx_backward(N, IC, OC), which wants no dout^T.
+  // g from sibling layers' output gradients side by side (no bias), in the AMX tiles' order.
+  // Requires amx_backward(N, IC, OC).
   static void convert_gradient(Operand* g, Operand* /*gt*/, float* /*dbias*/,
                                const GradientParts& dout, int N, int /*IC*/, int OC) {
 #pragma omp parallel for schedule(static)
     for (int n = 0; n < N; ++n) {
-      Operand* row = g + static_cast<size_t>(n) * OC;
+      int o = 0;
       for (size_t i = 0; i < dout.data.size(); ++i) {
-        const size_t width = static_cast<size_t>(dout.widths[i]);
-        to_bf16_serial(row, dout.data[i] + n * width, width);
-        row += width;
+        const float* row = dout.data[i] + static_cast<size_t>(n) * dout.widths[i];
+        for (int j = 0; j < dout.widths[i]; j += 32, o += 32)
+          to_bf16_serial(g + amx_tiles_index(n, o, OC), row + j, 32);
       }
     }
   }
@@ -522,21 +540,25 @@ struct NativeBf16 {
   static void forward_product(const AmxC& out, const Operand* x, const Operand* w,
                               const float* bias, int N, int IC, int OC, float* room) {
     amx_pack_b_transposed(room, w, IC, IC, OC);
-    amx_gemm(out, {x, IC, false, room + amx_packed_floats(OC, IC)}, room, bias, N, OC, IC);
+    amx_gemm(out, {x, IC, AmxLayout::kRows, room + amx_packed_floats(OC, IC)}, room, bias, N, OC,
+             IC);
   }
-  // dinp = dout W (when dinp is not null) and dweight = dout^T inp, g dout's rows and gt dout^T
-  // (where convert_gradient made it, else room for A's tiles).
+  // dinp = dout W (when dinp is not null) and dweight = dout^T inp from g and gt as
+  // convert_gradient left them: on AMX g in the tiles' order and gt room for dout^T's tiles; on
+  // oneDNN g dout's rows and gt dout^T where transposed_gradient.
   static void backward_products(float* dinp, float* dweight, const Operand* g, Operand* gt,
                                 const Operand* w, const Operand* x, int N, int IC, int OC,
                                 float* room) {
     if (amx_backward(N, IC, OC)) {
-      float* a_room = reinterpret_cast<float*>(gt);
       if (dinp) {
         amx_pack_b(room, w, IC, OC, IC);
-        amx_gemm(amx_c(dinp, IC, IC), {g, OC, false, a_room}, room, nullptr, N, IC, OC);
+        amx_gemm(amx_c(dinp, IC, IC), {g, OC, AmxLayout::kTiles, nullptr}, room, nullptr, N, IC,
+                 OC);
       }
       amx_pack_b(room, x, IC, N, IC);
-      amx_gemm(amx_c(dweight, IC, IC), {g, OC, true, a_room}, room, nullptr, OC, IC, N);
+      amx_gemm(amx_c(dweight, IC, IC),
+               {g, OC, AmxLayout::kTilesOfTranspose, reinterpret_cast<float*>(gt)}, room, nullptr,
+               OC, IC, N);
       return;
     }
     if (dinp) gemm_bf16(false, false, N, IC, OC, g, OC, w, IC, 0.0f, dinp, IC);

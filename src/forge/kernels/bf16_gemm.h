@@ -74,6 +74,9 @@ void bf16_gradient_operands(uint16_t* g, uint16_t* gt, float* dbias, const float
 // of dout (for oneDNN on AMX, which reads dout transposed through strides faster than from a
 // transposed copy). Same bits as g and dbias there.
 void bf16_gradient_rows(uint16_t* g, float* dbias, const float* dout, int N, int OC);
+// The same g in the AMX tiles' order (cpu/amx_gemm.h's amx_tiles_index, K = OC), for forge's
+// AMX backward. Requires N and OC multiples of 32.
+void bf16_gradient_tiles(uint16_t* tiles, float* dbias, const float* dout, int N, int OC);
 
 // True when this CPU has bf16 dot-product instructions (avx512_bf16, AMX) and oneDNN can use
 // them: the linear kernels then multiply packed bf16 operands natively (about twice the fp32

@@ -102,6 +102,20 @@ void pack_a_columns(uint16_t* out, const uint16_t* data, int ld, int mb, int k_t
   }
 }
 
+// The same for A = data^T with data already in the tiles' order (data [K, M] packed): each 32 x
+// 32 block of A is a block of data transposed.
+void pack_a_from_tiles_of_transpose(uint16_t* out, const uint16_t* data, int M, int mb,
+                                    int k_tiles) {
+  __m512i rows[32];
+  for (int kb = 0; kb < k_tiles; ++kb) {
+    const uint16_t* src = data + pair_at(kb, mb, M / 32) * 2;
+    for (int k = 0; k < 32; ++k) rows[k] = _mm512_loadu_si512(src + 32 * k);
+    transpose_32x32(rows);
+    uint16_t* pair = out + pair_at(mb, kb, k_tiles) * 2;
+    for (int r = 0; r < 32; ++r) _mm512_storeu_si512(pair + 32 * r, rows[r]);
+  }
+}
+
 }  // namespace
 
 void amx_pack_b_transposed(float* packed, const uint16_t* bt, int ld, int K, int N) {
@@ -163,17 +177,27 @@ void amx_gemm(const AmxC& c, const AmxA& a, const float* b_packed, const float* 
   FORGE_CHECK(columns == N, "amx_gemm: output parts of {} columns for {}", columns, N);
   const int k_tiles = K / 32, pass = columns_per_pass(N, K);
   const auto* b = reinterpret_cast<const uint16_t*>(b_packed);
-  auto* a_packed = reinterpret_cast<uint16_t*>(a.room);
+  const uint16_t* a_packed =
+      a.layout == AmxLayout::kTiles ? a.data : reinterpret_cast<const uint16_t*>(a.room);
 #pragma omp parallel
   {
     // Each thread its own run of 32-row blocks, packed by itself (into its caches) and kept
     // there across the columns of a pass.
     const auto [first, last] = row_blocks(M, omp_get_thread_num(), omp_get_num_threads());
-    for (int mb = first; mb < last; ++mb)
-      if (a.transposed)
-        pack_a_columns(a_packed, a.data, a.ld, mb, k_tiles);
-      else
-        pack_a_rows(a_packed, a.data, a.ld, mb, k_tiles);
+    auto* room = reinterpret_cast<uint16_t*>(a.room);
+    for (int mb = first; mb < last; ++mb) switch (a.layout) {
+        case AmxLayout::kRows:
+          pack_a_rows(room, a.data, a.ld, mb, k_tiles);
+          break;
+        case AmxLayout::kColumns:
+          pack_a_columns(room, a.data, a.ld, mb, k_tiles);
+          break;
+        case AmxLayout::kTilesOfTranspose:
+          pack_a_from_tiles_of_transpose(room, a.data, M, mb, k_tiles);
+          break;
+        case AmxLayout::kTiles:
+          break;
+      }
     configure_tiles();
     for (int n_lo = 0; n_lo < N; n_lo += pass) {
       const int n_hi = std::min(N, n_lo + pass);

@@ -34,14 +34,23 @@ void amx_pack_b_transposed(float* packed, const uint16_t* bt, int ld, int K, int
 // B packed from B itself: b[k * ld + n] = B[k, n], b K rows of N.
 void amx_pack_b(float* packed, const uint16_t* b, int ld, int K, int N);
 
-// Where A lies: A[m, k] = data[m * ld + k], or with transposed, A[m, k] = data[k * ld + m].
-// room: amx_packed_floats(M, K) floats the product packs A into (each thread its own rows).
+// How amx_gemm finds A: kRows, A[m, k] = data[m * ld + k]; kColumns, A[m, k] = data[k * ld + m];
+// kTiles, data is A already in the tiles' order (amx_tiles_index; ld unused); kTilesOfTranspose,
+// data is A^T [K, M] in the tiles' order (with K and M swapped). room: amx_packed_floats(M, K)
+// floats the product packs A into (each thread its own rows), unused for kTiles.
+enum class AmxLayout { kRows, kColumns, kTiles, kTilesOfTranspose };
 struct AmxA {
   const uint16_t* data;
   int ld;
-  bool transposed;
+  AmxLayout layout;
   float* room;
 };
+
+// Where A[m, k] lies in A [M, K] packed in the tiles' order, in bf16 values, for k a multiple
+// of 32 (the 31 values after it in A's row follow it): per 32 rows and 32 of K, 32 rows of 32.
+inline size_t amx_tiles_index(int m, int k, int K) {
+  return ((static_cast<size_t>(m / 32) * (K / 32) + k / 32) * 32 + m % 32) * 32;
+}
 
 // Where C goes: its columns in parts side by side, part i (columns [start, start + width[i]))
 // at out[i] with rows ld[i] apart; widths multiples of 32. One part is a plain matrix; several
