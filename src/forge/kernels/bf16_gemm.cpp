@@ -466,27 +466,28 @@ bool amx_linear_backward_runs(int, int, int) { return false; }
 
 namespace {
 
-// The two ways to multiply bf16 operands, behind one interface so that the linear layer is
-// written once: packed bf16 into forge's AMX kernel or oneDNN's bf16 matmul where the CPU has
-// bf16 dot products, else bf16-rounded values left in fp32 into the fp32 GEMM (the same
-// products, see the header). Each path plans its own room: forward_room_floats for the forward
-// product, backward_room_floats for the backward's beside dout's operand(s).
 // Sibling layers' output gradients side by side: part i [N, widths[i]] at data[i].
 struct GradientParts {
   std::span<const float* const> data;
   std::span<const int> widths;
 };
 
+// The two ways to multiply bf16 operands, behind one interface so that the linear layer is
+// written once: packed bf16 into forge's AMX kernel or oneDNN's bf16 matmul where the CPU has
+// bf16 dot products, else bf16-rounded values left in fp32 into the fp32 GEMM (the same
+// products, see the header). Each path plans its own room: forward_room_floats for the forward
+// product, backward_room_floats for the backward's beside dout's operand(s).
 struct NativeBf16 {
   using Operand = uint16_t;
-  // The backward's dout operands. On AMX with whole tiles, forge's kernel packs dout's rows
-  // either way round itself. Elsewhere oneDNN 2.6: on avx512_bf16 (Zen 4) it runs dout^T @ inp
+  // The backward's dout operands. On forge's AMX kernel (whole tiles) dout is rounded straight
+  // into the tiles' order, which dout W reads as it is and dout^T inp transposes block by
+  // block. Elsewhere oneDNN 2.6: on avx512_bf16 (Zen 4) it runs dout^T @ inp
   // slower with dout^T read through strides than from a transposed copy (bench_kernels
   // gemm/onednn_bf16/*/dweight vs dweight_nn), and dout @ W slower from that copy through
   // strides than from dout's own layout (dinp_tn vs dinp: 3-8% on most shapes of small and
   // gpt2-124m), so backward makes both, in one pass over dout that also sums the bias gradient
-  // (bf16_gradient_operands); on AMX dweight through strides ran faster than from the copy on
-  // 8 of the 10 shapes of small and llama-small, so there dout is only rounded.
+  // (bf16_gradient_operands); where oneDNN runs on AMX, dweight through strides ran faster than
+  // from the copy on 8 of the 10 shapes of small and llama-small, so there dout is only rounded.
   static bool amx_backward(int N, int IC, int OC) { return amx_linear_backward_runs(N, IC, OC); }
   static bool transposed_gradient(int N, int IC, int OC) {
     return !amx_backward(N, IC, OC) && !bf16_gemm_on_amx();
@@ -498,8 +499,8 @@ struct NativeBf16 {
                            : 0;
     return std::max(gemm_bf16_blocked_b_floats(IC, OC), amx);
   }
-  // B of the AMX backward products in its tiles' order (W for dout W, inp for dout^T inp); their
-  // A (dout, either way round) goes where dout^T would be.
+  // B of the AMX backward products in its tiles' order (W for dout W, inp for dout^T inp); the
+  // tiles of dout^T go where oneDNN's dout^T would be.
   static size_t backward_room_floats(int N, int IC, int OC) {
     return amx_backward(N, IC, OC) ? amx_packed_floats(std::max(N, OC), IC) : 0;
   }

@@ -149,9 +149,10 @@ void amx_pack_b(float* packed, const uint16_t* b, int ld, int K, int N) {
   alignas(64) uint16_t interleave[32];
   for (int n = 0; n < 16; ++n) interleave[2 * n] = n, interleave[2 * n + 1] = 32 + n;
   const __m512i index = _mm512_load_si512(interleave);
+  // A slab of 32 rows at a time, all its column blocks, so that each row's lines are read once.
 #pragma omp parallel for schedule(static)
-  for (int nb = 0; nb < N / 16; ++nb)
-    for (int kb = 0; kb < k_tiles; ++kb) {
+  for (int kb = 0; kb < k_tiles; ++kb)
+    for (int nb = 0; nb < N / 16; ++nb) {
       const uint16_t* src = b + static_cast<size_t>(32 * kb) * ld + 16 * nb;
       uint16_t* tile = out + (pair_at(nb / 2, kb, k_tiles) + (nb % 2) * kTileWords) * 2;
       for (int p = 0; p < 16; ++p) {
