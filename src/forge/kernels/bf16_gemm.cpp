@@ -232,6 +232,24 @@ void to_bf16_serial(uint16_t* out, const float* in, size_t n) {
     to_bf16_generic(out, in, n);
 }
 
+__attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16"))) void row_to_tiles_avx512bf16(
+    uint16_t* tiles, const float* src, int n, int o0, int o1, int OC) {
+  for (int o = o0; o < o1; o += 32, src += 32) {
+    auto* out = reinterpret_cast<__m256i*>(tiles + amx_tiles_index(n, o, OC));
+    _mm256_storeu_si256(out, bf16_lanes16(src, _mm512_loadu_ps(src)));
+    _mm256_storeu_si256(out + 1, bf16_lanes16(src + 16, _mm512_loadu_ps(src + 16)));
+  }
+}
+
+// Columns [o0, o1) of row n of an [N, OC] matrix, read from src (its value at column o0), whole
+// runs of 32, rounded into the AMX tiles' order: a call per row segment, not per run.
+void row_to_tiles(uint16_t* tiles, const float* src, int n, int o0, int o1, int OC) {
+  if (active_isa() == Isa::kAvx512 && cpu_has_avx512bf16())
+    return row_to_tiles_avx512bf16(tiles, src, n, o0, o1, OC);
+  for (int o = o0; o < o1; o += 32, src += 32)
+    to_bf16_serial(tiles + amx_tiles_index(n, o, OC), src, 32);
+}
+
 // One block of 16-bit values (rows, cols <= 16) transposed: in registers when it is whole and
 // the CPU has AVX2, else one value at a time.
 void transpose_block(uint16_t* d, size_t ldd, const uint16_t* s, size_t lds, int rows, int cols,
@@ -382,9 +400,7 @@ void bf16_gradient_tiles(uint16_t* tiles, float* dbias, const float* dout, int N
   FORGE_CHECK(amx_gemm_fits(N, 32, OC), "bf16_gradient_tiles: {} x {} is not whole tiles", N, OC);
   // Each row's runs of 32 columns go where amx_gemm reads them.
   const auto row_runs = [&](int n, int o0, int o1) {
-    const float* row = dout + static_cast<size_t>(n) * OC;
-    for (int o = o0; o < o1; o += 32)
-      to_bf16_serial(tiles + amx_tiles_index(n, o, OC), row + o, 32);
+    row_to_tiles(tiles, dout + static_cast<size_t>(n) * OC + o0, n, o0, o1, OC);
   };
   if (dbias) {
     column_sums(dbias, dout, N, OC, row_runs);  // chunks of whole runs: OC is a multiple of 32
@@ -520,11 +536,11 @@ struct NativeBf16 {
                                const GradientParts& dout, int N, int /*IC*/, int OC) {
 #pragma omp parallel for schedule(static)
     for (int n = 0; n < N; ++n) {
-      int o = 0;
+      int o = 0;  // part i's first column in g
       for (size_t i = 0; i < dout.data.size(); ++i) {
-        const float* row = dout.data[i] + static_cast<size_t>(n) * dout.widths[i];
-        for (int j = 0; j < dout.widths[i]; j += 32, o += 32)
-          to_bf16_serial(g + amx_tiles_index(n, o, OC), row + j, 32);
+        const int width = dout.widths[i];
+        row_to_tiles(g, dout.data[i] + static_cast<size_t>(n) * width, n, o, o + width, OC);
+        o += width;
       }
     }
   }
