@@ -497,18 +497,19 @@ struct NativeBf16 {
   using Operand = uint16_t;
   // The backward's dout operands. On forge's AMX kernel (whole tiles) dout is rounded straight
   // into the tiles' order, which dout W reads as it is and dout^T inp transposes block by
-  // block. Elsewhere oneDNN 2.6: on avx512_bf16 (Zen 4) it runs dout^T @ inp
-  // slower with dout^T read through strides than from a transposed copy (bench_kernels
-  // gemm/onednn_bf16/*/dweight vs dweight_nn), and dout @ W slower from that copy through
-  // strides than from dout's own layout (dinp_tn vs dinp: 3-8% on most shapes of small and
-  // gpt2-124m), so backward makes both, in one pass over dout that also sums the bias gradient
-  // (bf16_gradient_operands); where oneDNN runs on AMX, dweight through strides ran faster than
-  // from the copy on 8 of the 10 shapes of small and llama-small, so there dout is only rounded.
+  // block. Elsewhere oneDNN 2.6: on avx512_bf16 (Zen 4) it runs dout^T @ inp slower with dout^T
+  // read through strides than from a transposed copy (bench_kernels gemm/onednn_bf16/*/dweight
+  // vs dweight_nn), and dout @ W slower from that copy through strides than from dout's own
+  // layout (dinp_tn vs dinp: 3-8% on most shapes of small and gpt2-124m), so backward makes
+  // both, in one pass over dout that also sums the bias gradient (bf16_gradient_operands);
+  // where oneDNN runs on AMX, dweight through strides ran faster than from the copy on 8 of the
+  // 10 shapes of small and llama-small, so there dout is only rounded.
   static bool amx_backward(int N, int IC, int OC) { return amx_linear_backward_runs(N, IC, OC); }
   static bool transposed_gradient(int N, int IC, int OC) {
     return !amx_backward(N, IC, OC) && !bf16_gemm_on_amx();
   }
-  static constexpr int kGradientOperands = 2;  // dout's rows and, where wanted, dout^T
+  // dout's operand, and room for dout^T (oneDNN's transposed copy, or on AMX its tiles)
+  static constexpr int kGradientOperands = 2;
   static size_t forward_room_floats(int N, int IC, int OC) {
     const size_t amx = amx_linear_forward_runs(N, OC, IC)
                            ? amx_packed_floats(OC, IC) + amx_packed_floats(N, IC)

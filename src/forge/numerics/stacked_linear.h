@@ -20,7 +20,9 @@ size_t stacked_siblings_floats(const StepShape& shape);
 // do not lie back to back or `stacked` is too small; the caller, Numerics' default, then runs
 // the layers one by one. Forward: stacked = inp W^T, then split into outs. Backward: the
 // output gradients joined into stacked, then one linear_backward of the stacked layer; the
-// weight gradients land in place since they lie back to back too.
+// weight gradients land in place since they lie back to back too. Where the profile's
+// products write and read the siblings in place (Numerics::linear_forward_into_parts,
+// linear_backward_from_parts: `bf16` on forge's AMX kernel), no split or join.
 bool stacked_siblings_forward(Numerics& nx, std::span<float> stacked,
                               std::initializer_list<float*> outs, float* saved, const float* inp,
                               std::initializer_list<const float*> weights,

@@ -90,26 +90,14 @@ void transpose_32x32(__m512i rows[32]) {
   }
 }
 
-// The same for A = data^T: A's rows are data's columns 32 * mb ... 32 * mb + 31.
-void pack_a_columns(uint16_t* out, const uint16_t* data, int ld, int mb, int k_tiles) {
+// A's tiles for its 32 rows from 32 * mb, each 32 x 32 block transposed from A^T's: row k of
+// the block of A^T for K step kb at block(kb) + k * ld.
+template <typename Block>
+void pack_a_transposing(uint16_t* out, int mb, int k_tiles, size_t ld, Block block) {
   __m512i rows[32];
   for (int kb = 0; kb < k_tiles; ++kb) {
-    const uint16_t* src = data + static_cast<size_t>(32 * kb) * ld + 32 * mb;
-    for (int k = 0; k < 32; ++k) rows[k] = _mm512_loadu_si512(src + static_cast<size_t>(k) * ld);
-    transpose_32x32(rows);
-    uint16_t* pair = out + pair_at(mb, kb, k_tiles) * 2;
-    for (int r = 0; r < 32; ++r) _mm512_storeu_si512(pair + 32 * r, rows[r]);
-  }
-}
-
-// The same for A = data^T with data already in the tiles' order (data [K, M] packed): each 32 x
-// 32 block of A is a block of data transposed.
-void pack_a_from_tiles_of_transpose(uint16_t* out, const uint16_t* data, int M, int mb,
-                                    int k_tiles) {
-  __m512i rows[32];
-  for (int kb = 0; kb < k_tiles; ++kb) {
-    const uint16_t* src = data + pair_at(kb, mb, M / 32) * 2;
-    for (int k = 0; k < 32; ++k) rows[k] = _mm512_loadu_si512(src + 32 * k);
+    const uint16_t* src = block(kb);
+    for (int k = 0; k < 32; ++k) rows[k] = _mm512_loadu_si512(src + k * ld);
     transpose_32x32(rows);
     uint16_t* pair = out + pair_at(mb, kb, k_tiles) * 2;
     for (int r = 0; r < 32; ++r) _mm512_storeu_si512(pair + 32 * r, rows[r]);
@@ -190,11 +178,14 @@ void amx_gemm(const AmxC& c, const AmxA& a, const float* b_packed, const float* 
         case AmxLayout::kRows:
           pack_a_rows(room, a.data, a.ld, mb, k_tiles);
           break;
-        case AmxLayout::kColumns:
-          pack_a_columns(room, a.data, a.ld, mb, k_tiles);
+        case AmxLayout::kColumns:  // A's rows are data's columns 32 mb ... 32 mb + 31
+          pack_a_transposing(room, mb, k_tiles, a.ld, [&](int kb) {
+            return a.data + static_cast<size_t>(32 * kb) * a.ld + 32 * mb;
+          });
           break;
-        case AmxLayout::kTilesOfTranspose:
-          pack_a_from_tiles_of_transpose(room, a.data, M, mb, k_tiles);
+        case AmxLayout::kTilesOfTranspose:  // rows of 32 in A^T's tiles
+          pack_a_transposing(room, mb, k_tiles, 32,
+                             [&](int kb) { return a.data + pair_at(kb, mb, M / 32) * 2; });
           break;
         case AmxLayout::kTiles:
           break;
