@@ -10,8 +10,8 @@
 // (16 rows of 64 bytes each) side by side; per 32 columns of B and 32 of K, the two B tiles
 // (16 rows of K pairs by 16 columns) side by side. The inner loop then reads two sequential
 // streams of whole tiles. Reading A's tiles from its rows where they lie (K * 2 bytes apart), as
-// the first version did, was slower on every forward shape of small, gpt2-124m and llama-small
-// (1.1-1.7x the time, medians of 21 calls side by side, packs counted; issue 5's note of
+// the first version did, ran at 0.58-0.97 of this rate in 19 of 20 side-by-side medians over
+// the forward shapes of small, gpt2-124m and llama-small, packs counted (issue 5's note of
 // 2026-12-05's session 24).
 //
 // Whole tiles only: M, N and K multiples of 32 (the model shapes of small, gpt2-124m and
