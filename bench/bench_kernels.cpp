@@ -163,10 +163,12 @@ void BM_GemmBf16(benchmark::State& state, LinearShape s, Pass p, bool dweight_nn
   set_gemm_counters(state, g);
 }
 
-// Each product of the bf16 linear layer on forge's AMX kernel (cpu/amx_gemm.h) as the bf16
-// profile runs it: B packed into the kernel's tiles on every call (counted; A is packed inside
-// amx_gemm), the forward with its bias; against gemm/onednn_bf16 (and for the forward
-// gemm/onednn_bf16_blocked, oneDNN with its reorder). pack_only: B's packing alone.
+// Each product of the bf16 linear layer on forge's AMX kernel (cpu/amx_gemm.h): B packed into
+// the kernel's tiles on every call (counted), A packed inside amx_gemm from its rows (the
+// forward, dout W) or columns (dout^T x), the forward with its bias; against gemm/onednn_bf16
+// (and for the forward gemm/onednn_bf16_blocked, oneDNN with its reorder). The step hands the
+// backward's A already in tiles (bf16_gradient_tiles, in the gradient's rounding pass), so
+// there dout W packs nothing and dout^T x transposes from tiles. pack_only: B's packing alone.
 void BM_GemmAmx(benchmark::State& state, LinearShape s, Pass p, bool pack_only) {
   if (!cpu::amx_tiles_available()) {
     state.SkipWithError("no usable AMX tiles on this CPU");

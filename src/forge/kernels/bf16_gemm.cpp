@@ -397,7 +397,7 @@ void bf16_gradient_operands(uint16_t* g, uint16_t* gt, float* dbias, const float
 }
 
 void bf16_gradient_tiles(uint16_t* tiles, float* dbias, const float* dout, int N, int OC) {
-  FORGE_CHECK(amx_gemm_fits(N, 32, OC), "bf16_gradient_tiles: {} x {} is not whole tiles", N, OC);
+  FORGE_CHECK(amx_operand_fits(N, OC), "bf16_gradient_tiles: {} x {} is not whole tiles", N, OC);
   // Each row's runs of 32 columns go where amx_gemm reads them.
   const auto row_runs = [&](int n, int o0, int o1) {
     row_to_tiles(tiles, dout + static_cast<size_t>(n) * OC + o0, n, o0, o1, OC);
@@ -755,15 +755,15 @@ int parts_width(std::span<const int> widths, size_t count, const char* what) {
 
 void bf16_linear_forward_parts(std::span<float* const> outs, std::span<const int> widths,
                                float* saved, const float* inp, const float* weight, int N, int IC,
-                               float* scratch, bool inp_in_saved, float* weight_operand) {
+                               float* scratch, float* weight_operand) {
   const int OC = parts_width(widths, outs.size(), "bf16_linear_forward_parts");
   FORGE_CHECK(bf16_linear_parts_run(N, IC, widths),
               "bf16_linear_forward_parts: {} x {} x {} not on the AMX kernel", N, IC, OC);
   AmxC c;
   c.count = static_cast<int>(outs.size());
   for (int i = 0; i < c.count; ++i) c.out[i] = outs[i], c.width[i] = c.ld[i] = widths[i];
-  forward_on<NativeBf16>(c, saved, inp, weight, nullptr, N, IC, OC, scratch, inp_in_saved,
-                         weight_operand);
+  forward_on<NativeBf16>(c, saved, inp, weight, nullptr, N, IC, OC, scratch,
+                         /*inp_in_saved=*/false, weight_operand);
 }
 
 void bf16_linear_backward_parts(float* dinp, float* dweight, std::span<const float* const> douts,

@@ -141,8 +141,7 @@ void bf16_linear_backward(float* dinp, float* dweight, float* dbias, const float
 bool bf16_linear_parts_run(int N, int IC, std::span<const int> widths);
 void bf16_linear_forward_parts(std::span<float* const> outs, std::span<const int> widths,
                                float* saved, const float* inp, const float* weight, int N, int IC,
-                               float* scratch, bool inp_in_saved = false,
-                               float* weight_operand = nullptr);
+                               float* scratch, float* weight_operand = nullptr);
 void bf16_linear_backward_parts(float* dinp, float* dweight, std::span<const float* const> douts,
                                 std::span<const int> widths, const float* inp, const float* weight,
                                 const float* saved, int N, int IC, float* scratch,

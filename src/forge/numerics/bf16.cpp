@@ -157,7 +157,7 @@ class Bf16Numerics final : public Numerics {
     if (!k::bf16_linear_parts_run(N, IC, widths)) return false;
     const int OC = std::accumulate(widths.begin(), widths.end(), 0);
     k::bf16_linear_forward_parts(outs, widths, saved, inp, weight, N, IC, scratch_for(N, IC, OC),
-                                 /*inp_in_saved=*/false, weight_slot(weight, IC, OC, true));
+                                 weight_slot(weight, IC, OC, true));
     return true;
   }
   bool linear_backward_from_parts(float* dinp, float* dweight, std::span<const float* const> douts,

@@ -4,16 +4,20 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <array>
 #include <cstring>
 
 #include "forge/core/error.h"
 #include "forge/kernels/cpu/amx.h"
+#include "forge/kernels/cpu/thread_share.h"
 
 namespace forge::kernels::cpu {
 
-bool amx_gemm_fits(int M, int N, int K) {
-  return M > 0 && N > 0 && K > 0 && M % 32 == 0 && N % 32 == 0 && K % 32 == 0;
+bool amx_operand_fits(int rows, int K) {
+  return rows > 0 && K > 0 && rows % 32 == 0 && K % 32 == 0;
 }
+
+bool amx_gemm_fits(int M, int N, int K) { return amx_operand_fits(M, K) && amx_operand_fits(N, K); }
 
 size_t amx_packed_floats(int rows, int K) {
   return static_cast<size_t>(rows) * static_cast<size_t>(K) / 2;
@@ -44,15 +48,6 @@ int columns_per_pass(int N, int K) {
   return static_cast<int>(std::clamp<size_t>(cols, 32, static_cast<size_t>(N)));
 }
 
-// The rows [first, last) of 32-row blocks that thread t of team runs.
-struct RowBlocks {
-  int first, last;
-};
-RowBlocks row_blocks(int M, int t, int team) {
-  const int blocks = M / 32;
-  return {blocks * t / team, blocks * (t + 1) / team};
-}
-
 }  // namespace
 
 #pragma GCC push_options
@@ -70,17 +65,32 @@ void pack_a_rows(uint16_t* out, const uint16_t* a, int ld, int mb, int k_tiles) 
   }
 }
 
+// The word indices of _mm512_permutex2var_epi16 for step s of transpose_32x32 (index 0-31 a
+// word of its first operand, 32-63 of its second): lo for row i, hi for row i + s.
+struct TransposeStep {
+  alignas(64) uint16_t lo[32], hi[32];
+};
+constexpr std::array<TransposeStep, 5> transpose_steps() {
+  std::array<TransposeStep, 5> steps{};
+  for (int k = 0; k < 5; ++k) {
+    const int s = 16 >> k;
+    for (int c = 0; c < 32; ++c) {
+      steps[k].lo[c] = static_cast<uint16_t>((c & s) ? 32 + c - s : c);
+      steps[k].hi[c] = static_cast<uint16_t>((c & s) ? 32 + c : c + s);
+    }
+  }
+  return steps;
+}
+constexpr std::array<TransposeStep, 5> kTransposeSteps = transpose_steps();
+
 // Transposes 32 x 32 16-bit elements in registers: after it, rows[i] word j is the input's
 // rows[j] word i. At each step s (16, 8, 4, 2, 1) rows i and i + s (i's bit s clear) swap
 // row i's words with bit s set for row i + s's words with bit s clear.
 void transpose_32x32(__m512i rows[32]) {
-  for (int s = 16; s >= 1; s /= 2) {
-    alignas(64) uint16_t lo_index[32], hi_index[32];
-    for (int c = 0; c < 32; ++c) {
-      lo_index[c] = static_cast<uint16_t>((c & s) ? 32 + c - s : c);
-      hi_index[c] = static_cast<uint16_t>((c & s) ? 32 + c : c + s);
-    }
-    const __m512i lo = _mm512_load_si512(lo_index), hi = _mm512_load_si512(hi_index);
+  for (int k = 0; k < 5; ++k) {
+    const int s = 16 >> k;
+    const __m512i lo = _mm512_load_si512(kTransposeSteps[k].lo);
+    const __m512i hi = _mm512_load_si512(kTransposeSteps[k].hi);
     for (int i = 0; i < 32; ++i) {
       if (i & s) continue;
       const __m512i a = rows[i], b = rows[i + s];
@@ -107,7 +117,7 @@ void pack_a_transposing(uint16_t* out, int mb, int k_tiles, size_t ld, Block blo
 }  // namespace
 
 void amx_pack_b_transposed(float* packed, const uint16_t* bt, int ld, int K, int N) {
-  FORGE_CHECK(amx_gemm_fits(32, N, K), "amx_pack_b_transposed: {} x {} is not whole tiles", K, N);
+  FORGE_CHECK(amx_operand_fits(N, K), "amx_pack_b_transposed: {} x {} is not whole tiles", K, N);
   FORGE_CHECK(ld % 2 == 0, "amx_pack_b_transposed: odd row stride {}", ld);
   const int k_tiles = K / 32, ld_words = ld / 2;
   const auto* w = reinterpret_cast<const uint32_t*>(bt);  // a row's K pairs as words
@@ -129,14 +139,13 @@ void amx_pack_b_transposed(float* packed, const uint16_t* bt, int ld, int K, int
 }
 
 void amx_pack_b(float* packed, const uint16_t* b, int ld, int K, int N) {
-  FORGE_CHECK(amx_gemm_fits(32, N, K), "amx_pack_b: {} x {} is not whole tiles", K, N);
+  FORGE_CHECK(amx_operand_fits(N, K), "amx_pack_b: {} x {} is not whole tiles", K, N);
   const int k_tiles = K / 32;
   auto* out = reinterpret_cast<uint16_t*>(packed);
   // Tile row p holds, per column n, the pair (B[2p, n], B[2p + 1, n]): rows 2p and 2p + 1
   // interleaved word by word.
-  alignas(64) uint16_t interleave[32];
-  for (int n = 0; n < 16; ++n) interleave[2 * n] = n, interleave[2 * n + 1] = 32 + n;
-  const __m512i index = _mm512_load_si512(interleave);
+  const __m512i index = _mm512_set_epi16(47, 15, 46, 14, 45, 13, 44, 12, 43, 11, 42, 10, 41, 9, 40,
+                                         8, 39, 7, 38, 6, 37, 5, 36, 4, 35, 3, 34, 2, 33, 1, 32, 0);
   // A slab of 32 rows at a time, all its column blocks, so that each row's lines are read once.
 #pragma omp parallel for schedule(static)
   for (int kb = 0; kb < k_tiles; ++kb)
@@ -172,7 +181,8 @@ void amx_gemm(const AmxC& c, const AmxA& a, const float* b_packed, const float* 
   {
     // Each thread its own run of 32-row blocks, packed by itself (into its caches) and kept
     // there across the columns of a pass.
-    const auto [first, last] = row_blocks(M, omp_get_thread_num(), omp_get_num_threads());
+    const Range rows = thread_share(M, 32, omp_get_thread_num(), omp_get_num_threads());
+    const int first = static_cast<int>(rows.begin / 32), last = static_cast<int>(rows.end / 32);
     auto* room = reinterpret_cast<uint16_t*>(a.room);
     for (int mb = first; mb < last; ++mb) switch (a.layout) {
         case AmxLayout::kRows:

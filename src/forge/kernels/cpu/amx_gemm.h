@@ -23,7 +23,10 @@
 
 namespace forge::kernels::cpu {
 
-// True when the shape is one these kernels take (multiples of 32, none zero).
+// True when an operand of `rows` x K (A's rows, or B's columns) is whole tiles: both
+// multiples of 32, neither zero.
+bool amx_operand_fits(int rows, int K);
+// True when the product's shape is one these kernels take: A [M, K] and B's N columns fit.
 bool amx_gemm_fits(int M, int N, int K);
 
 // A packed operand of `rows` x K bf16 (A's rows, or B's columns), in floats.
