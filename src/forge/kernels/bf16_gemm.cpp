@@ -20,6 +20,7 @@
 #include "forge/kernels/cpu/amx_gemm.h"
 #include "forge/kernels/cpu/dispatch.h"
 #include "forge/kernels/cpu/thread_share.h"
+#include "forge/kernels/gelu.h"
 #include "forge/kernels/gemm.h"
 #include "forge/kernels/linear.h"
 
@@ -548,30 +549,32 @@ struct NativeBf16 {
   // out = x W^T + bias: forge's AMX kernel where it takes the shape, both operands packed into
   // room; else oneDNN with the weight in its own layout there.
   static void forward_product(float* out, const Operand* x, const Operand* w, const float* bias,
-                              int N, int IC, int OC, float* room) {
+                              int N, int IC, int OC, float* room, const AmxEpilogue& after) {
     if (amx_linear_forward_runs(N, OC, IC))
-      return forward_product(amx_c(out, OC, OC), x, w, bias, N, IC, OC, room);
+      return forward_product(amx_c(out, OC, OC), x, w, bias, N, IC, OC, room, after);
+    FORGE_CHECK(!after.apply, "bf16 linear forward: an epilogue off the AMX kernel");
     gemm_bf16(false, true, N, OC, IC, x, IC, w, IC, 0.0f, out, OC, bias, room);
   }
   // The same on forge's AMX kernel into sibling layers' outputs. Requires
   // amx_linear_forward_runs(N, OC, IC).
   static void forward_product(const AmxC& out, const Operand* x, const Operand* w,
-                              const float* bias, int N, int IC, int OC, float* room) {
+                              const float* bias, int N, int IC, int OC, float* room,
+                              const AmxEpilogue& after) {
     amx_pack_b_transposed(room, w, IC, IC, OC);
     amx_gemm(out, {x, IC, AmxLayout::kRows, room + amx_packed_floats(OC, IC)}, room, bias, N, OC,
-             IC);
+             IC, after);
   }
-  // dinp = dout W (when dinp is not null) and dweight = dout^T inp from g and gt as
-  // convert_gradient left them: on AMX g in the tiles' order and gt room for dout^T's tiles; on
-  // oneDNN g dout's rows and gt dout^T where transposed_gradient.
+  // dinp = dout W (when dinp is not null, then `after` on it) and dweight = dout^T inp from g
+  // and gt as convert_gradient left them: on AMX g in the tiles' order and gt room for dout^T's
+  // tiles; on oneDNN g dout's rows and gt dout^T where transposed_gradient.
   static void backward_products(float* dinp, float* dweight, const Operand* g, Operand* gt,
                                 const Operand* w, const Operand* x, int N, int IC, int OC,
-                                float* room) {
+                                float* room, const AmxEpilogue& after) {
     if (amx_backward(N, IC, OC)) {
       if (dinp) {
         amx_pack_b(room, w, IC, OC, IC);
-        amx_gemm(amx_c(dinp, IC, IC), {g, OC, AmxLayout::kTiles, nullptr}, room, nullptr, N, IC,
-                 OC);
+        amx_gemm(amx_c(dinp, IC, IC), {g, OC, AmxLayout::kTiles, nullptr}, room, nullptr, N, IC, OC,
+                 after);
       }
       amx_pack_b(room, x, IC, N, IC);
       amx_gemm(amx_c(dweight, IC, IC),
@@ -579,6 +582,7 @@ struct NativeBf16 {
                OC, IC, N);
       return;
     }
+    FORGE_CHECK(!after.apply, "bf16 linear backward: an epilogue off the AMX kernel");
     if (dinp) gemm_bf16(false, false, N, IC, OC, g, OC, w, IC, 0.0f, dinp, IC);
     if (transposed_gradient(N, IC, OC))
       gemm_bf16(false, false, OC, IC, N, gt, N, x, IC, 0.0f, dweight, IC);
@@ -607,7 +611,8 @@ struct RoundedFp32 {
     });
   }
   static void forward_product(float* out, const Operand* x, const Operand* w, const float* bias,
-                              int N, int IC, int OC, float* /*room*/) {
+                              int N, int IC, int OC, float* /*room*/, const AmxEpilogue& after) {
+    FORGE_CHECK(!after.apply, "bf16 linear forward: an epilogue without bf16 dot products");
     float beta = 0.0f;
     if (bias) {
       fill_rows_with_bias(out, bias, N, OC);
@@ -617,7 +622,8 @@ struct RoundedFp32 {
   }
   static void backward_products(float* dinp, float* dweight, const Operand* g, Operand* /*gt*/,
                                 const Operand* w, const Operand* x, int N, int IC, int OC,
-                                float* /*room*/) {
+                                float* /*room*/, const AmxEpilogue& after) {
+    FORGE_CHECK(!after.apply, "bf16 linear backward: an epilogue without bf16 dot products");
     if (dinp) gemm(false, false, N, IC, OC, g, OC, w, IC, 0.0f, dinp, IC);  // dout @ W
     gemm(true, false, OC, IC, N, g, OC, x, IC, 0.0f, dweight, IC);          // dout^T @ inp
   }
@@ -648,7 +654,7 @@ size_t forward_scratch_floats(int N, int IC, int OC) {
 template <typename Path, typename Out>
 void forward_on(const Out& out, float* saved, const float* inp, const float* weight,
                 const float* bias, int N, int IC, int OC, float* scratch, bool inp_in_saved,
-                float* weight_operand) {
+                float* weight_operand, const AmxEpilogue& after = {}) {
   using T = typename Path::Operand;
   const size_t x_floats = saved_floats<Path>(N, IC);
   const size_t w_floats = operand_floats<Path>(static_cast<size_t>(OC) * IC);
@@ -656,7 +662,7 @@ void forward_on(const Out& out, float* saved, const float* inp, const float* wei
   T* w = reinterpret_cast<T*>(weight_operand ? weight_operand : scratch + x_floats);
   if (!(saved && inp_in_saved)) Path::convert(x, inp, static_cast<size_t>(N) * IC);
   Path::convert(w, weight, static_cast<size_t>(OC) * IC);
-  Path::forward_product(out, x, w, bias, N, IC, OC, scratch + x_floats + w_floats);
+  Path::forward_product(out, x, w, bias, N, IC, OC, scratch + x_floats + w_floats, after);
 }
 
 // The backward's scratch: dout's operand(s), inp's (without saved), the weight's (without a
@@ -665,7 +671,7 @@ void forward_on(const Out& out, float* saved, const float* inp, const float* wei
 template <typename Path, typename Dout>
 void backward_on(float* dinp, float* dweight, float* dbias, const Dout& dout, const float* inp,
                  const float* weight, const float* saved, int N, int IC, int OC, float* scratch,
-                 const float* weight_operand) {
+                 const float* weight_operand, const AmxEpilogue& after = {}) {
   using T = typename Path::Operand;
   const size_t g_floats = operand_floats<Path>(static_cast<size_t>(N) * OC);
   T* g = reinterpret_cast<T*>(scratch);
@@ -682,7 +688,7 @@ void backward_on(float* dinp, float* dweight, float* dbias, const Dout& dout, co
     w = converted;
   }
   if (!weight_operand) rest += operand_floats<Path>(static_cast<size_t>(OC) * IC);
-  Path::backward_products(dinp, dweight, g, gt, w, x, N, IC, OC, rest);
+  Path::backward_products(dinp, dweight, g, gt, w, x, N, IC, OC, rest, after);
 }
 
 template <typename Path>
@@ -732,6 +738,61 @@ void bf16_linear_backward(float* dinp, float* dweight, float* dbias, const float
   else
     backward_on<RoundedFp32>(dinp, dweight, dbias, dout, inp, weight, saved, N, IC, OC, scratch,
                              weight_operand);
+}
+
+namespace {
+
+// act = gelu(pre) on the block of rows and columns the product has just written into pre.
+struct GeluAfterProduct {
+  float* act;
+  const float* pre;
+  size_t ld;
+  static void apply(const void* context, int m0, int m1, int n0, int n1) {
+    const auto& e = *static_cast<const GeluAfterProduct*>(context);
+    for (int m = m0; m < m1; ++m) {
+      const size_t at = static_cast<size_t>(m) * e.ld + n0;
+      gelu_forward_serial(e.act + at, e.pre + at, static_cast<size_t>(n1 - n0));
+    }
+  }
+};
+
+// dpre = gelu'(pre) dact on the block of rows and columns the product has just written into
+// dact.
+struct GeluBackwardAfterProduct {
+  float* dpre;
+  const float* dact;
+  const float* pre;
+  size_t ld;
+  static void apply(const void* context, int m0, int m1, int n0, int n1) {
+    const auto& e = *static_cast<const GeluBackwardAfterProduct*>(context);
+    for (int m = m0; m < m1; ++m) {
+      const size_t at = static_cast<size_t>(m) * e.ld + n0;
+      gelu_backward_serial(e.dpre + at, e.pre + at, e.dact + at, static_cast<size_t>(n1 - n0));
+    }
+  }
+};
+
+}  // namespace
+
+void bf16_linear_gelu_forward(float* out, float* act, float* saved, const float* inp,
+                              const float* weight, const float* bias, int N, int IC, int OC,
+                              float* scratch, float* weight_operand) {
+  FORGE_CHECK(native_bf16_available() && amx_linear_forward_runs(N, OC, IC),
+              "bf16_linear_gelu_forward: {} x {} x {} not on the AMX kernel", N, IC, OC);
+  const GeluAfterProduct gelu{act, out, static_cast<size_t>(OC)};
+  forward_on<NativeBf16>(out, saved, inp, weight, bias, N, IC, OC, scratch, /*inp_in_saved=*/false,
+                         weight_operand, {&GeluAfterProduct::apply, &gelu});
+}
+
+void bf16_gelu_linear_backward(float* dpre, float* dact, float* dweight, float* dbias,
+                               const float* dout, const float* pre, const float* act,
+                               const float* weight, const float* saved, int N, int IC, int OC,
+                               float* scratch, const float* weight_operand) {
+  FORGE_CHECK(native_bf16_available() && amx_linear_backward_runs(N, IC, OC),
+              "bf16_gelu_linear_backward: {} x {} x {} not on the AMX kernel", N, IC, OC);
+  const GeluBackwardAfterProduct gelu{dpre, dact, pre, static_cast<size_t>(IC)};
+  backward_on<NativeBf16>(dact, dweight, dbias, dout, act, weight, saved, N, IC, OC, scratch,
+                          weight_operand, {&GeluBackwardAfterProduct::apply, &gelu});
 }
 
 bool bf16_linear_parts_run(int N, int IC, std::span<const int> widths) {

@@ -218,8 +218,7 @@ float Gpt2::forward(const int32_t* tokens, const int32_t* targets, int B, int T)
     nx_.add(a.res1, x, a.attn_proj, static_cast<size_t>(N) * C);
     // x = x + c_proj(gelu(c_fc(ln_2(x))))
     nx_.layernorm_forward(a.ln2, a.ln2_mean, a.ln2_rstd, a.res1, w.ln2_w, w.ln2_b, N, C, eps);
-    nx_.linear_forward(a.fc, a.fc_saved, a.ln2, w.fc_w, w.fc_b, N, C, 4 * C);
-    nx_.gelu_forward(a.gelu, a.fc, static_cast<size_t>(N) * 4 * C);
+    nx_.linear_gelu_forward(a.fc, a.gelu, a.fc_saved, a.ln2, w.fc_w, w.fc_b, N, C, 4 * C);
     nx_.linear_forward(a.mlp_proj, a.mlp_proj_saved, a.gelu, w.mlp_proj_w, w.mlp_proj_b, N, 4 * C,
                        C);
     nx_.add(a.res2, a.res1, a.mlp_proj, static_cast<size_t>(N) * C);
@@ -250,7 +249,6 @@ void Gpt2::backward(float dloss, float* grads) {
   const int B = B_, T = T_, C = config_.n_embd, NH = config_.n_head;
   const int V = config_.vocab_size, Vp = config_.vocab_rows(), L = config_.n_layer;
   const int N = B * T;
-  const size_t NC = static_cast<size_t>(N) * C;
   float* P = params_.data();
 
   nx_.cross_entropy_backward(d_logits_, logits_, xent_saved_, targets_.data(), N, V, Vp, dloss);
@@ -272,10 +270,9 @@ void Gpt2::backward(float dloss, float* grads) {
     record(h, "res_2", d_res_, {B, T, C});
     record(h, "mlp.c_proj", d_res_, {B, T, C});
     // MLP branch: res2 = res1 + c_proj(gelu(c_fc(ln_2(res1))))
-    nx_.linear_backward(d_gelu_, g.mlp_proj_w, g.mlp_proj_b, d_res_, a.gelu, w.mlp_proj_w,
-                        a.mlp_proj_saved, N, 4 * C, C);
+    nx_.gelu_linear_backward(d_fc_, d_gelu_, g.mlp_proj_w, g.mlp_proj_b, d_res_, a.fc, a.gelu,
+                             w.mlp_proj_w, a.mlp_proj_saved, N, 4 * C, C);
     record(h, "mlp.gelu", d_gelu_, {B, T, 4 * C});
-    nx_.gelu_backward(d_fc_, a.fc, d_gelu_, NC * 4);
     record(h, "mlp.c_fc", d_fc_, {B, T, 4 * C});
     nx_.linear_backward(d_ln_, g.fc_w, g.fc_b, d_fc_, a.ln2, w.fc_w, a.fc_saved, N, C, 4 * C);
     record(h, "ln_2", d_ln_, {B, T, C});

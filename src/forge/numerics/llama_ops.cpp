@@ -67,6 +67,20 @@ void Numerics::linear_backward_siblings(float* dinp, float* scratch,
   }
 }
 
+void Numerics::linear_gelu_forward(float* out, float* act, float* saved, const float* inp,
+                                   const float* weight, const float* bias, int N, int IC, int OC) {
+  linear_forward(out, saved, inp, weight, bias, N, IC, OC);
+  gelu_forward(act, out, static_cast<size_t>(N) * OC);
+}
+
+void Numerics::gelu_linear_backward(float* dpre, float* dact, float* dweight, float* dbias,
+                                    const float* dout, const float* pre, const float* act,
+                                    const float* weight, const float* saved, int N, int IC,
+                                    int OC) {
+  linear_backward(dact, dweight, dbias, dout, act, weight, saved, N, IC, OC);
+  gelu_backward(dpre, pre, dact, static_cast<size_t>(N) * IC);
+}
+
 void Numerics::layernorm_backward_residual(float* dinp, float* dweight, float* dbias,
                                            const float* dout, const float* inp, const float* weight,
                                            const float* mean, const float* rstd,

@@ -64,6 +64,24 @@ void TimedNumerics::linear_backward(float* dinp, float* dw, float* db, const flo
   timed(OC > 4 * IC ? "lm head bwd" : "linear bwd",
         [&] { inner_->linear_backward(dinp, dw, db, dout, inp, w, saved, N, IC, OC); });
 }
+// Fused, one op of its own; else the default's linear and GELU, each timed as itself.
+void TimedNumerics::linear_gelu_forward(float* out, float* act, float* saved, const float* inp,
+                                        const float* w, const float* b, int N, int IC, int OC) {
+  if (!inner_->fuses_linear_gelu_forward(N, IC, OC))
+    return Numerics::linear_gelu_forward(out, act, saved, inp, w, b, N, IC, OC);
+  timed("linear + gelu fwd",
+        [&] { inner_->linear_gelu_forward(out, act, saved, inp, w, b, N, IC, OC); });
+}
+void TimedNumerics::gelu_linear_backward(float* dpre, float* dact, float* dw, float* db,
+                                         const float* dout, const float* pre, const float* act,
+                                         const float* w, const float* saved, int N, int IC,
+                                         int OC) {
+  if (!inner_->fuses_gelu_linear_backward(N, IC, OC))
+    return Numerics::gelu_linear_backward(dpre, dact, dw, db, dout, pre, act, w, saved, N, IC, OC);
+  timed("linear + gelu bwd", [&] {
+    inner_->gelu_linear_backward(dpre, dact, dw, db, dout, pre, act, w, saved, N, IC, OC);
+  });
+}
 void TimedNumerics::linear_forward_siblings(std::initializer_list<float*> outs, float* saved,
                                             const float* inp,
                                             std::initializer_list<const float*> weights,

@@ -163,7 +163,7 @@ void amx_pack_b(float* packed, const uint16_t* b, int ld, int K, int N) {
 }
 
 void amx_gemm(const AmxC& c, const AmxA& a, const float* b_packed, const float* bias, int M, int N,
-              int K) {
+              int K, const AmxEpilogue& after) {
   FORGE_CHECK(amx_gemm_fits(M, N, K), "amx_gemm: {} x {} x {} is not whole tiles", M, N, K);
   FORGE_CHECK(c.count >= 1 && c.count <= AmxC::kMaxParts, "amx_gemm: {} output parts", c.count);
   int columns = 0;
@@ -240,6 +240,8 @@ void amx_gemm(const AmxC& c, const AmxA& a, const float* b_packed, const float* 
           _tile_stored(2, out + 16 * ld, ld * 4);
           _tile_stored(3, out + 16 * ld + 16, ld * 4);
         }
+        // The block's rows across the pass: 32 x up to 1 MiB / (2 K) values, in L2.
+        if (after.apply) after.apply(after.context, 32 * mb, 32 * mb + 32, n_lo, n_hi);
       }
     }
     release_tiles();

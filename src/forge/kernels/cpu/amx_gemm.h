@@ -67,10 +67,19 @@ struct AmxC {
 // C as one [M, N] matrix, rows ldc apart.
 AmxC amx_c(float* c, int ldc, int N);
 
+// Work on C's values right after the kernel wrote them, while they are still in the writing
+// core's caches (a GELU after the product, say): apply(context, m0, m1, n0, n1) for rows
+// [m0, m1) and columns [n0, n1) of C (C's columns, across its parts), called by the thread
+// that wrote them, once they are final. Null apply: none.
+struct AmxEpilogue {
+  void (*apply)(const void* context, int m0, int m1, int n0, int n1) = nullptr;
+  const void* context = nullptr;
+};
+
 // C = A B + bias (bias, N values, may be null), B from an amx_pack_b*: C[m, n] = sum_k A[m, k]
-// B[k, n] + bias[n]. Requires amx_tiles_available(), amx_gemm_fits(M, N, K) and c's widths
-// summing to N.
+// B[k, n] + bias[n], then `after` on each block of C. Requires amx_tiles_available(),
+// amx_gemm_fits(M, N, K) and c's widths summing to N.
 void amx_gemm(const AmxC& c, const AmxA& a, const float* b_packed, const float* bias, int M, int N,
-              int K);
+              int K, const AmxEpilogue& after = {});
 
 }  // namespace forge::kernels::cpu
