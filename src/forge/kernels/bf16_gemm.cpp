@@ -564,17 +564,17 @@ struct NativeBf16 {
     amx_gemm(out, {x, IC, AmxLayout::kRows, room + amx_packed_floats(OC, IC)}, room, bias, N, OC,
              IC, after);
   }
-  // dinp = dout W (when dinp is not null, then `after` on it) and dweight = dout^T inp from g
-  // and gt as convert_gradient left them: on AMX g in the tiles' order and gt room for dout^T's
-  // tiles; on oneDNN g dout's rows and gt dout^T where transposed_gradient.
+  // dinp = dout W (when dinp is not null) and dweight = dout^T inp from g and gt as
+  // convert_gradient left them: on AMX g in the tiles' order and gt room for dout^T's tiles; on
+  // oneDNN g dout's rows and gt dout^T where transposed_gradient.
   static void backward_products(float* dinp, float* dweight, const Operand* g, Operand* gt,
                                 const Operand* w, const Operand* x, int N, int IC, int OC,
-                                float* room, const AmxEpilogue& after) {
+                                float* room) {
     if (amx_backward(N, IC, OC)) {
       if (dinp) {
         amx_pack_b(room, w, IC, OC, IC);
-        amx_gemm(amx_c(dinp, IC, IC), {g, OC, AmxLayout::kTiles, nullptr}, room, nullptr, N, IC, OC,
-                 after);
+        amx_gemm(amx_c(dinp, IC, IC), {g, OC, AmxLayout::kTiles, nullptr}, room, nullptr, N, IC,
+                 OC);
       }
       amx_pack_b(room, x, IC, N, IC);
       amx_gemm(amx_c(dweight, IC, IC),
@@ -582,7 +582,6 @@ struct NativeBf16 {
                OC, IC, N);
       return;
     }
-    FORGE_CHECK(!after.apply, "bf16 linear backward: an epilogue off the AMX kernel");
     if (dinp) gemm_bf16(false, false, N, IC, OC, g, OC, w, IC, 0.0f, dinp, IC);
     if (transposed_gradient(N, IC, OC))
       gemm_bf16(false, false, OC, IC, N, gt, N, x, IC, 0.0f, dweight, IC);
@@ -622,8 +621,7 @@ struct RoundedFp32 {
   }
   static void backward_products(float* dinp, float* dweight, const Operand* g, Operand* /*gt*/,
                                 const Operand* w, const Operand* x, int N, int IC, int OC,
-                                float* /*room*/, const AmxEpilogue& after) {
-    FORGE_CHECK(!after.apply, "bf16 linear backward: an epilogue without bf16 dot products");
+                                float* /*room*/) {
     if (dinp) gemm(false, false, N, IC, OC, g, OC, w, IC, 0.0f, dinp, IC);  // dout @ W
     gemm(true, false, OC, IC, N, g, OC, x, IC, 0.0f, dweight, IC);          // dout^T @ inp
   }
@@ -671,7 +669,7 @@ void forward_on(const Out& out, float* saved, const float* inp, const float* wei
 template <typename Path, typename Dout>
 void backward_on(float* dinp, float* dweight, float* dbias, const Dout& dout, const float* inp,
                  const float* weight, const float* saved, int N, int IC, int OC, float* scratch,
-                 const float* weight_operand, const AmxEpilogue& after = {}) {
+                 const float* weight_operand) {
   using T = typename Path::Operand;
   const size_t g_floats = operand_floats<Path>(static_cast<size_t>(N) * OC);
   T* g = reinterpret_cast<T*>(scratch);
@@ -688,7 +686,7 @@ void backward_on(float* dinp, float* dweight, float* dbias, const Dout& dout, co
     w = converted;
   }
   if (!weight_operand) rest += operand_floats<Path>(static_cast<size_t>(OC) * IC);
-  Path::backward_products(dinp, dweight, g, gt, w, x, N, IC, OC, rest, after);
+  Path::backward_products(dinp, dweight, g, gt, w, x, N, IC, OC, rest);
 }
 
 template <typename Path>
@@ -756,22 +754,6 @@ struct GeluAfterProduct {
   }
 };
 
-// dpre = gelu'(pre) dact on the block of rows and columns the product has just written into
-// dact.
-struct GeluBackwardAfterProduct {
-  float* dpre;
-  const float* dact;
-  const float* pre;
-  size_t ld;
-  static void apply(const void* context, int m0, int m1, int n0, int n1) {
-    const auto& e = *static_cast<const GeluBackwardAfterProduct*>(context);
-    for (int m = m0; m < m1; ++m) {
-      const size_t at = static_cast<size_t>(m) * e.ld + n0;
-      gelu_backward_serial(e.dpre + at, e.pre + at, e.dact + at, static_cast<size_t>(n1 - n0));
-    }
-  }
-};
-
 }  // namespace
 
 void bf16_linear_gelu_forward(float* out, float* act, float* saved, const float* inp,
@@ -782,17 +764,6 @@ void bf16_linear_gelu_forward(float* out, float* act, float* saved, const float*
   const GeluAfterProduct gelu{act, out, static_cast<size_t>(OC)};
   forward_on<NativeBf16>(out, saved, inp, weight, bias, N, IC, OC, scratch, /*inp_in_saved=*/false,
                          weight_operand, {&GeluAfterProduct::apply, &gelu});
-}
-
-void bf16_gelu_linear_backward(float* dpre, float* dact, float* dweight, float* dbias,
-                               const float* dout, const float* pre, const float* act,
-                               const float* weight, const float* saved, int N, int IC, int OC,
-                               float* scratch, const float* weight_operand) {
-  FORGE_CHECK(native_bf16_available() && amx_linear_backward_runs(N, IC, OC),
-              "bf16_gelu_linear_backward: {} x {} x {} not on the AMX kernel", N, IC, OC);
-  const GeluBackwardAfterProduct gelu{dpre, dact, pre, static_cast<size_t>(IC)};
-  backward_on<NativeBf16>(dact, dweight, dbias, dout, act, weight, saved, N, IC, OC, scratch,
-                          weight_operand, {&GeluBackwardAfterProduct::apply, &gelu});
 }
 
 bool bf16_linear_parts_run(int N, int IC, std::span<const int> widths) {

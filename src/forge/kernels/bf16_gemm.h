@@ -133,22 +133,15 @@ void bf16_linear_backward(float* dinp, float* dweight, float* dbias, const float
                           const float* inp, const float* weight, const float* saved, int N, int IC,
                           int OC, float* scratch, const float* weight_operand = nullptr);
 
-// GPT-2's MLP with its GELU done in the linear layers' products where forge's AMX kernel runs
-// them, each block of values as soon as the product has written it (still in the core's
-// caches), instead of in a pass of its own over the whole activation:
-// - c_fc's forward: out as bf16_linear_forward writes it and act = gelu(out), as
-//   kernels/gelu.h's gelu_forward computes it. Requires amx_linear_forward_runs(N, OC, IC).
-// - c_proj's backward: dact = dout W as bf16_linear_backward writes dinp, dweight and dbias as
-//   it writes them, and dpre = gelu'(pre) dact as gelu_backward computes it (act = gelu(pre),
-//   c_proj's input). Requires amx_linear_backward_runs(N, IC, OC).
-// Scratch, saved and weight_operand as above. Same bits as the two kernels one after the other.
+// c_fc of GPT-2's MLP with its GELU done in the product where forge's AMX kernel runs it: out
+// as bf16_linear_forward writes it and act = gelu(out) as kernels/gelu.h's gelu_forward
+// computes it, each block of rows as soon as the product has written it (still in the core's
+// caches), not in a pass of its own over the whole activation. Scratch, saved and
+// weight_operand as above; same bits as the two kernels one after the other. Requires
+// amx_linear_forward_runs(N, OC, IC).
 void bf16_linear_gelu_forward(float* out, float* act, float* saved, const float* inp,
                               const float* weight, const float* bias, int N, int IC, int OC,
                               float* scratch, float* weight_operand = nullptr);
-void bf16_gelu_linear_backward(float* dpre, float* dact, float* dweight, float* dbias,
-                               const float* dout, const float* pre, const float* act,
-                               const float* weight, const float* saved, int N, int IC, int OC,
-                               float* scratch, const float* weight_operand = nullptr);
 
 // The same for sibling layers whose weights lie back to back (one stacked weight of sum widths
 // rows): forward writes each layer's output [N, widths[i]] into outs[i], backward reads each

@@ -18,10 +18,9 @@ void gelu_backward(Real* dinp, const Real* inp, const Real* dout, size_t n);
 namespace cpu {
 void gelu_forward(float* out, const float* inp, size_t n);
 void gelu_backward(float* dinp, const float* inp, const float* dout, size_t n);
-// The same on the calling thread alone, for a run of values inside another kernel's team (a
-// GEMM's epilogue). A value's bits are those of the team versions when n is a multiple of 16.
+// gelu_forward on the calling thread alone, for a run of values inside another kernel's team
+// (a GEMM's epilogue). A value's bits are gelu_forward's when n is a multiple of 16.
 void gelu_forward_serial(float* out, const float* inp, size_t n);
-void gelu_backward_serial(float* dinp, const float* inp, const float* dout, size_t n);
 }  // namespace cpu
 
 }  // namespace forge::kernels

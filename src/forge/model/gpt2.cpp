@@ -270,9 +270,10 @@ void Gpt2::backward(float dloss, float* grads) {
     record(h, "res_2", d_res_, {B, T, C});
     record(h, "mlp.c_proj", d_res_, {B, T, C});
     // MLP branch: res2 = res1 + c_proj(gelu(c_fc(ln_2(res1))))
-    nx_.gelu_linear_backward(d_fc_, d_gelu_, g.mlp_proj_w, g.mlp_proj_b, d_res_, a.fc, a.gelu,
-                             w.mlp_proj_w, a.mlp_proj_saved, N, 4 * C, C);
+    nx_.linear_backward(d_gelu_, g.mlp_proj_w, g.mlp_proj_b, d_res_, a.gelu, w.mlp_proj_w,
+                        a.mlp_proj_saved, N, 4 * C, C);
     record(h, "mlp.gelu", d_gelu_, {B, T, 4 * C});
+    nx_.gelu_backward(d_fc_, a.fc, d_gelu_, static_cast<size_t>(N) * 4 * C);
     record(h, "mlp.c_fc", d_fc_, {B, T, 4 * C});
     nx_.linear_backward(d_ln_, g.fc_w, g.fc_b, d_fc_, a.ln2, w.fc_w, a.fc_saved, N, C, 4 * C);
     record(h, "ln_2", d_ln_, {B, T, C});

@@ -149,12 +149,9 @@ class Bf16Numerics final : public Numerics {
                             scratch_for(N, IC, OC), weight_slot(weight, IC, OC, false));
   }
 
-  // On forge's AMX kernel GELU runs in the products' epilogues (kernels/bf16_gemm.h).
+  // On forge's AMX kernel c_fc's GELU runs in the product's epilogue (kernels/bf16_gemm.h).
   bool fuses_linear_gelu_forward(int N, int IC, int OC) const override {
     return k::native_bf16_available() && k::amx_linear_forward_runs(N, OC, IC);
-  }
-  bool fuses_gelu_linear_backward(int N, int IC, int OC) const override {
-    return k::native_bf16_available() && k::amx_linear_backward_runs(N, IC, OC);
   }
   void linear_gelu_forward(float* out, float* act, float* saved, const float* inp,
                            const float* weight, const float* bias, int N, int IC, int OC) override {
@@ -162,16 +159,6 @@ class Bf16Numerics final : public Numerics {
       return Numerics::linear_gelu_forward(out, act, saved, inp, weight, bias, N, IC, OC);
     k::bf16_linear_gelu_forward(out, act, saved, inp, weight, bias, N, IC, OC,
                                 scratch_for(N, IC, OC), weight_slot(weight, IC, OC, true));
-  }
-  void gelu_linear_backward(float* dpre, float* dact, float* dweight, float* dbias,
-                            const float* dout, const float* pre, const float* act,
-                            const float* weight, const float* saved, int N, int IC,
-                            int OC) override {
-    if (!fuses_gelu_linear_backward(N, IC, OC))
-      return Numerics::gelu_linear_backward(dpre, dact, dweight, dbias, dout, pre, act, weight,
-                                            saved, N, IC, OC);
-    k::bf16_gelu_linear_backward(dpre, dact, dweight, dbias, dout, pre, act, weight, saved, N, IC,
-                                 OC, scratch_for(N, IC, OC), weight_slot(weight, IC, OC, false));
   }
 
   // On forge's AMX kernel the stacked layer writes (and reads the gradients of) each sibling

@@ -73,14 +73,6 @@ void Numerics::linear_gelu_forward(float* out, float* act, float* saved, const f
   gelu_forward(act, out, static_cast<size_t>(N) * OC);
 }
 
-void Numerics::gelu_linear_backward(float* dpre, float* dact, float* dweight, float* dbias,
-                                    const float* dout, const float* pre, const float* act,
-                                    const float* weight, const float* saved, int N, int IC,
-                                    int OC) {
-  linear_backward(dact, dweight, dbias, dout, act, weight, saved, N, IC, OC);
-  gelu_backward(dpre, pre, dact, static_cast<size_t>(N) * IC);
-}
-
 void Numerics::layernorm_backward_residual(float* dinp, float* dweight, float* dbias,
                                            const float* dout, const float* inp, const float* weight,
                                            const float* mean, const float* rstd,

@@ -128,24 +128,15 @@ class Numerics {
                                const float* inp, const float* weight, const float* saved, int N,
                                int IC, int OC) = 0;
 
-  // --- GPT-2's MLP: a linear layer and the GELU beside it as one op, where the profile fuses
-  // them (the GELU done on each block of the product as it is written) -------------------
-  // Forward of c_fc then GELU: out = linear_forward(inp), act = gelu(out); both written
-  // (backward reads out, the next layer act).
+  // --- GPT-2's c_fc and the GELU after it as one op, where the profile fuses them (the GELU
+  // done on each block of the product as it is written) ----------------------------------
+  // out = linear_forward(inp), act = gelu(out); both written (backward reads out, the next
+  // layer act). The default: linear_forward, then gelu_forward.
   virtual void linear_gelu_forward(float* out, float* act, float* saved, const float* inp,
                                    const float* weight, const float* bias, int N, int IC, int OC);
-  // Backward of c_proj over act = gelu(pre): dact = dout weight, dweight, dbias as
-  // linear_backward(inp = act) writes them, then dpre = gelu_backward(pre, dact).
-  virtual void gelu_linear_backward(float* dpre, float* dact, float* dweight, float* dbias,
-                                    const float* dout, const float* pre, const float* act,
-                                    const float* weight, const float* saved, int N, int IC, int OC);
-  // Whether each runs fused for a layer of that shape (the defaults: the linear op, then the
-  // GELU op), so that a wrapper timing ops can say which it timed.
+  // Whether it runs fused for a layer of that shape, so that a wrapper timing ops can say
+  // which it timed.
   virtual bool fuses_linear_gelu_forward(int N, int IC, int OC) const {
-    (void)N, (void)IC, (void)OC;
-    return false;
-  }
-  virtual bool fuses_gelu_linear_backward(int N, int IC, int OC) const {
     (void)N, (void)IC, (void)OC;
     return false;
   }

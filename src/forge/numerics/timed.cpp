@@ -72,16 +72,6 @@ void TimedNumerics::linear_gelu_forward(float* out, float* act, float* saved, co
   timed("linear + gelu fwd",
         [&] { inner_->linear_gelu_forward(out, act, saved, inp, w, b, N, IC, OC); });
 }
-void TimedNumerics::gelu_linear_backward(float* dpre, float* dact, float* dw, float* db,
-                                         const float* dout, const float* pre, const float* act,
-                                         const float* w, const float* saved, int N, int IC,
-                                         int OC) {
-  if (!inner_->fuses_gelu_linear_backward(N, IC, OC))
-    return Numerics::gelu_linear_backward(dpre, dact, dw, db, dout, pre, act, w, saved, N, IC, OC);
-  timed("linear + gelu bwd", [&] {
-    inner_->gelu_linear_backward(dpre, dact, dw, db, dout, pre, act, w, saved, N, IC, OC);
-  });
-}
 void TimedNumerics::linear_forward_siblings(std::initializer_list<float*> outs, float* saved,
                                             const float* inp,
                                             std::initializer_list<const float*> weights,

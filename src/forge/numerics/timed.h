@@ -62,15 +62,8 @@ class TimedNumerics final : public Numerics {
                        int OC) override;
   void linear_gelu_forward(float* out, float* act, float* saved, const float* inp,
                            const float* weight, const float* bias, int N, int IC, int OC) override;
-  void gelu_linear_backward(float* dpre, float* dact, float* dweight, float* dbias,
-                            const float* dout, const float* pre, const float* act,
-                            const float* weight, const float* saved, int N, int IC,
-                            int OC) override;
   bool fuses_linear_gelu_forward(int N, int IC, int OC) const override {
     return inner_->fuses_linear_gelu_forward(N, IC, OC);
-  }
-  bool fuses_gelu_linear_backward(int N, int IC, int OC) const override {
-    return inner_->fuses_gelu_linear_backward(N, IC, OC);
   }
   void linear_forward_siblings(std::initializer_list<float*> outs, float* saved, const float* inp,
                                std::initializer_list<const float*> weights,
