@@ -8,12 +8,14 @@
 
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <functional>
 #include <random>
 #include <vector>
 
 #include "forge/core/error.h"
 #include "forge/kernels/attention.h"
+#include "forge/kernels/elementwise.h"
 #include "forge/kernels/gqa_attention.h"
 #include "forge/kernels/rmsnorm.h"
 #include "forge/kernels/rope.h"
@@ -61,6 +63,41 @@ void RmsNormMatchesFloat64_body() {
 }
 
 TEST(LlamaKernels, RmsNormMatchesFloat64) { for_each_isa(RmsNormMatchesFloat64_body); }
+
+// The residual's gradient added in the backward's own pass: what the backward followed by
+// add_inplace computes (the defaults, numerics/llama_ops.cpp), but for the rounding of the last
+// multiply, which the compiler may fuse with the add; and the float64 math.
+void RmsNormBackwardResidualAddsInPlace_body() {
+  for (int C : {37, 512}) {
+    SCOPED_TRACE(testing::Message() << "C=" << C);
+    const int N = 7 * 13;
+    const Floats x = random_floats(N * C, 14), w = random_floats(C, 15),
+                 dout = random_floats(N * C, 16), dres = random_floats(N * C, 17);
+    Floats out(N * C), rstd(N), dx(N * C), dw(C), dx2(N * C, 9.0f), dw2(C, 9.0f);
+    cpu::rmsnorm_forward(out.data(), rstd.data(), x.data(), w.data(), N, C, 1e-5f);
+    cpu::rmsnorm_backward(dx.data(), dw.data(), dout.data(), x.data(), w.data(), rstd.data(), N, C);
+    cpu::add_inplace(dx.data(), dres.data(), dx.size());
+    cpu::rmsnorm_backward_residual(dx2.data(), dw2.data(), dout.data(), x.data(), w.data(),
+                                   rstd.data(), dres.data(), N, C);
+    EXPECT_LT(rel_l2(dx2, widen(dx)), 1e-6);
+    EXPECT_EQ(std::memcmp(dw2.data(), dw.data(), dw.size() * sizeof(float)), 0);
+    const Doubles x64 = widen(x), w64 = widen(w), dout64 = widen(dout), rstd64 = widen(rstd);
+    Doubles dx64(N * C), dw64(C);
+    scalar::rmsnorm_backward(dx64.data(), dw64.data(), dout64.data(), x64.data(), w64.data(),
+                             rstd64.data(), N, C);
+    for (size_t i = 0; i < dx64.size(); ++i) dx64[i] += dres[i];
+    EXPECT_LT(rel_l2(dx2, dx64), 1e-5);
+    // Not vacuous: the residual's gradient is in there.
+    Floats plain(N * C), dw3(C);
+    cpu::rmsnorm_backward(plain.data(), dw3.data(), dout.data(), x.data(), w.data(), rstd.data(), N,
+                          C);
+    EXPECT_GT(rel_l2(plain, widen(dx2)), 0.1);
+  }
+}
+
+TEST(LlamaKernels, RmsNormBackwardResidualAddsInPlace) {
+  for_each_isa(RmsNormBackwardResidualAddsInPlace_body);
+}
 
 TEST(LlamaKernels, RmsNormBackwardMatchesFiniteDifferences) {
   const int N = 3, C = 5;

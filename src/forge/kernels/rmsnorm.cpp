@@ -68,7 +68,13 @@ void rmsnorm_forward(float* out, float* rstd, const float* inp, const float* wei
 
 void rmsnorm_backward(float* dinp, float* dweight, const float* dout, const float* inp,
                       const float* weight, const float* rstd, int N, int C) {
-  FORGE_SIMD_DISPATCH(rmsnorm_backward(dinp, dweight, dout, inp, weight, rstd, N, C));
+  FORGE_SIMD_DISPATCH(rmsnorm_backward(dinp, dweight, dout, inp, weight, rstd, nullptr, N, C));
+}
+
+void rmsnorm_backward_residual(float* dinp, float* dweight, const float* dout, const float* inp,
+                               const float* weight, const float* rstd, const float* dresidual,
+                               int N, int C) {
+  FORGE_SIMD_DISPATCH(rmsnorm_backward(dinp, dweight, dout, inp, weight, rstd, dresidual, N, C));
 }
 
 }  // namespace cpu

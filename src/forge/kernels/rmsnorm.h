@@ -24,6 +24,12 @@ void rmsnorm_forward(float* out, float* rstd, const float* inp, const float* wei
                      float eps);
 void rmsnorm_backward(float* dinp, float* dweight, const float* dout, const float* inp,
                       const float* weight, const float* rstd, int N, int C);
+// The same for an input that also feeds a residual add: dinp = d(inp) + dresidual, added in
+// the same pass instead of in an add_inplace of its own (the last multiply and the add may be
+// one FMA). dinp must not alias dresidual or dout.
+void rmsnorm_backward_residual(float* dinp, float* dweight, const float* dout, const float* inp,
+                               const float* weight, const float* rstd, const float* dresidual,
+                               int N, int C);
 }  // namespace cpu
 
 }  // namespace forge::kernels

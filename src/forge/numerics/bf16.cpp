@@ -236,6 +236,11 @@ class Bf16Numerics final : public Numerics {
                         const float* weight, const float* rstd, int N, int C) override {
     fast_->rmsnorm_backward(dinp, dweight, dout, inp, weight, rstd, N, C);
   }
+  void rmsnorm_backward_residual(float* dinp, float* dweight, const float* dout, const float* inp,
+                                 const float* weight, const float* rstd, const float* dresidual,
+                                 int N, int C) override {
+    fast_->rmsnorm_backward_residual(dinp, dweight, dout, inp, weight, rstd, dresidual, N, C);
+  }
   void rope_tables(float* cos, float* sin, int T, int hd, double theta) override {
     fast_->rope_tables(cos, sin, T, hd, theta);
   }

@@ -17,6 +17,7 @@
 #include "forge/kernels/gemm.h"
 #include "forge/kernels/layernorm.h"
 #include "forge/kernels/linear.h"
+#include "forge/kernels/rmsnorm.h"
 #include "forge/numerics/profiles.h"
 #include "forge/numerics/stacked_linear.h"
 
@@ -82,6 +83,13 @@ class FastNumerics final : public Numerics {
                                    int C) override {
     k::layernorm_backward_residual(dinp, dweight, dbias, dout, inp, weight, mean, rstd, dresidual,
                                    N, C);
+  }
+  // RMSNorm's forward and plain backward are the defaults' (numerics/llama_ops.cpp); the
+  // residual's gradient is added in the same pass, not in one of its own.
+  void rmsnorm_backward_residual(float* dinp, float* dweight, const float* dout, const float* inp,
+                                 const float* weight, const float* rstd, const float* dresidual,
+                                 int N, int C) override {
+    k::rmsnorm_backward_residual(dinp, dweight, dout, inp, weight, rstd, dresidual, N, C);
   }
 
   bool linear_backward_reads_input() const override { return true; }  // it multiplies inp
