@@ -57,12 +57,9 @@ using VI = __m512i;
 [[gnu::always_inline]] inline V round_nearest(V a) {
   return _mm512_roundscale_ps(a, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
 }
-// 2^n for integral-valued n in [-126, 127].
-[[gnu::always_inline]] inline V exp2_int(V n) {
-  const VI biased = _mm512_add_epi32(_mm512_cvtps_epi32(n), _mm512_set1_epi32(127));
-  const VI bits = _mm512_slli_epi32(biased, 23);
-  return _mm512_castsi512_ps(bits);
-}
+// p 2^n for integral-valued n in [-126, 127], one instruction (exact: the product by 2^n the
+// other layers build from n's bits).
+[[gnu::always_inline]] inline V times_exp2(V p, V n) { return _mm512_scalef_ps(p, n); }
 
 #include "forge/kernels/cpu/simd_math.inc"
 
@@ -111,10 +108,10 @@ using VI = __m256i;
 [[gnu::always_inline]] inline V round_nearest(V a) {
   return _mm256_round_ps(a, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
 }
-[[gnu::always_inline]] inline V exp2_int(V n) {
+// p 2^n for integral-valued n in [-126, 127]: 2^n built from n's bits.
+[[gnu::always_inline]] inline V times_exp2(V p, V n) {
   const VI biased = _mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127));
-  const VI bits = _mm256_slli_epi32(biased, 23);
-  return _mm256_castsi256_ps(bits);
+  return _mm256_mul_ps(p, _mm256_castsi256_ps(_mm256_slli_epi32(biased, 23)));
 }
 
 #include "forge/kernels/cpu/simd_math.inc"
@@ -143,7 +140,9 @@ inline float reduce_add(V a) { return a; }
 inline float reduce_max(V a) { return a; }
 inline V select_lt(V a, V b, V then, V otherwise) { return a < b ? then : otherwise; }
 inline V round_nearest(V a) { return std::nearbyint(a); }
-inline V exp2_int(V n) { return std::bit_cast<float>((static_cast<int32_t>(n) + 127) << 23); }
+inline V times_exp2(V p, V n) {
+  return p * std::bit_cast<float>((static_cast<int32_t>(n) + 127) << 23);
+}
 
 #include "forge/kernels/cpu/simd_math.inc"
 
