@@ -8,6 +8,8 @@
 #include <algorithm>
 #include <cstddef>
 
+#include "forge/kernels/cpu/prefetch.h"
+
 namespace forge::kernels {
 
 namespace scalar {
@@ -46,21 +48,16 @@ void bias_gradient(float* dbias, const float* dout, int N, int OC);
 template <typename RowChunk>
 void column_sums(float* sums, const float* x, int N, int OC, RowChunk&& row_chunk) {
   // Threads split the columns so that each sum keeps a fixed row order.
-  constexpr int kChunk = 64, kRowsAhead = 8;
+  constexpr int kChunk = 64;
   const int chunks = (OC + kChunk - 1) / kChunk;
 #pragma omp parallel for schedule(static)
   for (int chunk = 0; chunk < chunks; ++chunk) {
     const int o0 = chunk * kChunk, o1 = std::min(OC, o0 + kChunk);
     float acc[kChunk] = {};
     for (int n = 0; n < N; ++n) {
-      // A chunk is a few cache lines a row, the rows OC floats apart: too little of a stream
-      // for the hardware prefetchers, so the lines a few rows ahead are asked for here (bf16's
-      // linear backward, which rounds dout into the AMX tiles in this loop, was faster in 6 of 7
-      // interleaved pairs on small, medians 61.1 vs 62.3 ms a step).
-      if (n + kRowsAhead < N) {
-        const float* ahead = x + static_cast<size_t>(n + kRowsAhead) * OC;
-        for (int o = o0; o < o1; o += 16) __builtin_prefetch(ahead + o);
-      }
+      // (bf16's linear backward, which rounds dout into the AMX tiles in this loop, was faster
+      // with the prefetch in 6 of 7 interleaved pairs on small, medians 61.1 vs 62.3 ms a step.)
+      prefetch_rows_ahead(n, N, OC, o0, o1, x);
       row_chunk(n, o0, o1);
       const float* r = x + static_cast<size_t>(n) * OC;
       for (int o = o0; o < o1; ++o) acc[o - o0] += r[o];

@@ -5,6 +5,7 @@
 #include <cstddef>
 
 #include "forge/kernels/cpu/dispatch.h"
+#include "forge/kernels/cpu/prefetch.h"
 #include "forge/kernels/cpu/simd.h"
 
 namespace forge::kernels {
