@@ -348,7 +348,7 @@ TEST(AmxGemm, GeluInTheEpilogueMatchesTheTwoKernelsBitForBit) {
 }
 
 // The fused op refuses shapes off the AMX kernel rather than run without its epilogue.
-TEST(AmxGemm, GeluEpiloguesRefuseShapesOffTheKernel) {
+TEST(AmxGemm, GeluEpilogueRefusesShapesOffTheKernel) {
   if (!cpu::amx_linear_available()) GTEST_SKIP() << "forge's AMX kernels do not run here";
   const int N = 40, C = 64, H = 128;  // 40 rows: not whole tiles
   Floats x(size_t(N) * C, 0.5f), w(size_t(H) * C, 0.25f), out(size_t(N) * H), act(out.size());

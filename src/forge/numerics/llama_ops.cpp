@@ -1,7 +1,9 @@
 // Default implementations of the Llama-family ops of Numerics: the fp32 kernels of
 // kernels/{rmsnorm,rope,swiglu,gqa_attention}.h, and the sibling linear layers (stacked where
 // the profile gives room, else one by one). Every profile inherits them until it overrides an
-// op with its own arithmetic (torch-cpu's bit-for-bit replica, bf16, CUDA).
+// op with its own arithmetic (torch-cpu's bit-for-bit replica, bf16, CUDA). Also the fused
+// ops' defaults, each the profile's own ops one after the other (linear then GELU; a norm's
+// backward then the residual's add).
 #include "forge/core/error.h"
 #include "forge/kernels/gqa_attention.h"
 #include "forge/kernels/rmsnorm.h"
