@@ -133,16 +133,6 @@ void bf16_linear_backward(float* dinp, float* dweight, float* dbias, const float
                           const float* inp, const float* weight, const float* saved, int N, int IC,
                           int OC, float* scratch, const float* weight_operand = nullptr);
 
-// c_fc of GPT-2's MLP with its GELU done in the product where forge's AMX kernel runs it: out
-// as bf16_linear_forward writes it and act = gelu(out) as kernels/gelu.h's gelu_forward
-// computes it, each block of rows as soon as the product has written it (still in the core's
-// caches), not in a pass of its own over the whole activation. Scratch, saved and
-// weight_operand as above; same bits as the two kernels one after the other. Requires
-// amx_linear_forward_runs(N, OC, IC).
-void bf16_linear_gelu_forward(float* out, float* act, float* saved, const float* inp,
-                              const float* weight, const float* bias, int N, int IC, int OC,
-                              float* scratch, float* weight_operand = nullptr);
-
 // The same for sibling layers whose weights lie back to back (one stacked weight of sum widths
 // rows): forward writes each layer's output [N, widths[i]] into outs[i], backward reads each
 // one's output gradient from douts[i], with no stacked copy of either (no bias). Scratch,
@@ -156,6 +146,16 @@ void bf16_linear_backward_parts(float* dinp, float* dweight, std::span<const flo
                                 std::span<const int> widths, const float* inp, const float* weight,
                                 const float* saved, int N, int IC, float* scratch,
                                 const float* weight_operand = nullptr);
+
+// c_fc of GPT-2's MLP with its GELU done in the product where forge's AMX kernel runs it: out
+// as bf16_linear_forward writes it and act = gelu(out) as kernels/gelu.h's gelu_forward
+// computes it, each block of rows as soon as the product has written it (still in the core's
+// caches), not in a pass of its own over the whole activation. Scratch, saved and
+// weight_operand as above; same bits as the two kernels one after the other. Requires
+// amx_linear_forward_runs(N, OC, IC).
+void bf16_linear_gelu_forward(float* out, float* act, float* saved, const float* inp,
+                              const float* weight, const float* bias, int N, int IC, int OC,
+                              float* scratch, float* weight_operand = nullptr);
 
 }  // namespace cpu
 
