@@ -467,11 +467,12 @@ void GeluMatchesFloat64_body() {
   x[1] = 12.0f;
   x[2] = -12.0f;
   x[3] = 1e-4f;
-  // Far tails, where tanh must be exactly +-1: the gradient multiplies 1 - tanh^2 by x^3.
+  // Far tails, where tanh u is +-1 to fp32 precision and the gradient's 1 - tanh^2 u meets a
+  // factor cubic in x (the kernel's sigmoid form must give exactly 1 and 0 there).
   x[4] = 40.0f;
   x[5] = 472.0f;
   x[6] = -472.0f;
-  x[7] = 5.1f;  // tanh's argument just past 9
+  x[7] = 5.1f;  // u just past 9, where tanh u first rounds to 1
   const Floats dout = random_floats(n, 61);
   Floats out(n), dx(n);
   cpu::gelu_forward(out.data(), x.data(), n);

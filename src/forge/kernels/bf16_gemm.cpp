@@ -759,7 +759,7 @@ struct GeluAfterProduct {
 void bf16_linear_gelu_forward(float* out, float* act, float* saved, const float* inp,
                               const float* weight, const float* bias, int N, int IC, int OC,
                               float* scratch, float* weight_operand) {
-  FORGE_CHECK(native_bf16_available() && amx_linear_forward_runs(N, OC, IC),
+  FORGE_CHECK(amx_linear_forward_runs(N, OC, IC),
               "bf16_linear_gelu_forward: {} x {} x {} not on the AMX kernel", N, IC, OC);
   const GeluAfterProduct gelu{act, out, static_cast<size_t>(OC)};
   forward_on<NativeBf16>(out, saved, inp, weight, bias, N, IC, OC, scratch, /*inp_in_saved=*/false,
