@@ -36,6 +36,7 @@ namespace {
 
 namespace cpu = forge::kernels::cpu;
 
+using forge_bench::Aligned;
 using forge_bench::random_floats;
 
 // --- GEMMs ---------------------------------------------------------------------------
@@ -81,7 +82,7 @@ struct GemmProblem {
 };
 
 struct LinearBuffers {
-  std::vector<float> x, w, y, dy, dx, dw;
+  Aligned<float> x, w, y, dy, dx, dw;
   explicit LinearBuffers(const LinearShape& s)
       : x(random_floats(size_t(s.N) * s.IC, 1)),
         w(random_floats(size_t(s.OC) * s.IC, 2, 0.02f)),
@@ -142,7 +143,7 @@ void BM_GemmBf16(benchmark::State& state, LinearShape s, Pass p, bool dweight_nn
   LinearBuffers buf(s);
   GemmProblem g = buf.problem(s, p);
   // dweight_nn: dw = dy^T x with dy^T stored [OC, N]; dinp_tn: dx = (dy^T)^T w from it.
-  std::vector<float> a_t;
+  Aligned<float> a_t;
   if (dweight_nn || dinp_tn) {
     a_t.resize(size_t(s.N) * s.OC);
     for (int n = 0; n < s.N; ++n)
@@ -152,7 +153,7 @@ void BM_GemmBf16(benchmark::State& state, LinearShape s, Pass p, bool dweight_nn
     g.lda = s.N;
   }
   const size_t a_size = size_t(g.M) * g.K, b_size = size_t(g.K) * g.N;
-  std::vector<uint16_t> a(a_size), b(b_size);
+  Aligned<uint16_t> a(a_size), b(b_size);
   cpu::to_bf16(a.data(), g.A, a_size);
   cpu::to_bf16(b.data(), g.B, b_size);
   for (auto _ : state) {
@@ -180,11 +181,11 @@ void BM_GemmAmx(benchmark::State& state, LinearShape s, Pass p, bool pack_only) 
     state.SkipWithError("not whole AMX tiles");
     return;
   }
-  std::vector<uint16_t> a(size_t(g.M) * g.K), b(size_t(g.K) * g.N);
+  Aligned<uint16_t> a(size_t(g.M) * g.K), b(size_t(g.K) * g.N);
   cpu::to_bf16(a.data(), g.A, a.size());
   cpu::to_bf16(b.data(), g.B, b.size());
   const auto bias = random_floats(g.N, 9);
-  std::vector<float> b_packed(cpu::amx_packed_floats(g.N, g.K)),
+  Aligned<float> b_packed(cpu::amx_packed_floats(g.N, g.K)),
       a_room(cpu::amx_packed_floats(g.M, g.K));
   for (auto _ : state) {
     if (g.transB)
@@ -214,7 +215,7 @@ void BM_GemmOneDnnBlocked(benchmark::State& state, LinearShape s, Pass p, bool b
   const GemmProblem g = buf.problem(s, p);
   const auto type = bf16 ? cpu::OneDnnType::kBf16 : cpu::OneDnnType::kF32;
   const size_t a_size = size_t(g.M) * g.K, b_size = size_t(g.K) * g.N;
-  std::vector<uint16_t> a16(bf16 ? a_size : 0), b16(bf16 ? b_size : 0);
+  Aligned<uint16_t> a16(bf16 ? a_size : 0), b16(bf16 ? b_size : 0);
   if (bf16) {
     cpu::to_bf16(a16.data(), g.A, a_size);
     cpu::to_bf16(b16.data(), g.B, b_size);
@@ -236,18 +237,20 @@ void BM_GemmOneDnnBlocked(benchmark::State& state, LinearShape s, Pass p, bool b
 void BM_LinearBf16(benchmark::State& state, LinearShape s, bool backward) {
   LinearBuffers buf(s);
   auto bias = random_floats(s.OC, 4);
-  std::vector<float> db(s.OC), saved(cpu::bf16_linear_saved_floats(s.N, s.IC, s.OC)),
-      scratch(cpu::bf16_linear_scratch_floats(s.N, s.IC, s.OC));
+  // As the step runs it: forward keeps inp's and the weight's operands, backward reads them.
+  Aligned<float> db(s.OC), saved(cpu::bf16_linear_saved_floats(s.N, s.IC, s.OC)),
+      scratch(cpu::bf16_linear_scratch_floats(s.N, s.IC, s.OC, true)),
+      weight_operand(cpu::bf16_operand_floats(size_t(s.OC) * s.IC));
   cpu::bf16_linear_forward(buf.y.data(), saved.data(), buf.x.data(), buf.w.data(), bias.data(), s.N,
-                           s.IC, s.OC, scratch.data());
+                           s.IC, s.OC, scratch.data(), false, weight_operand.data());
   for (auto _ : state) {
     if (backward)
       cpu::bf16_linear_backward(buf.dx.data(), buf.dw.data(), db.data(), buf.dy.data(),
                                 buf.x.data(), buf.w.data(), saved.data(), s.N, s.IC, s.OC,
-                                scratch.data());
+                                scratch.data(), weight_operand.data());
     else
       cpu::bf16_linear_forward(buf.y.data(), saved.data(), buf.x.data(), buf.w.data(), bias.data(),
-                               s.N, s.IC, s.OC, scratch.data());
+                               s.N, s.IC, s.OC, scratch.data(), false, weight_operand.data());
     benchmark::ClobberMemory();
   }
   state.counters["GFLOP/s"] =
@@ -262,8 +265,8 @@ void BM_Bf16Operands(benchmark::State& state, LinearShape s, bool gradient) {
   const int cols = gradient ? s.OC : s.IC;
   const size_t n = size_t(s.N) * cols;
   auto src = random_floats(n, 5);
-  std::vector<uint16_t> a(n), at(gradient ? n : 0);
-  std::vector<float> db(cols);
+  Aligned<uint16_t> a(n), at(gradient ? n : 0);
+  Aligned<float> db(cols);
   for (auto _ : state) {
     if (gradient)
       cpu::bf16_gradient_operands(a.data(), at.data(), db.data(), src.data(), s.N, cols);
@@ -283,7 +286,7 @@ void BM_MlpForwardSequence(benchmark::State& state, cpu::GemmBackend backend) {
   const int N = 2048, C = 384, H = 4 * C;  // small
   auto x = random_floats(size_t(N) * C, 1), w1 = random_floats(size_t(H) * C, 2, 0.02f),
        w2 = random_floats(size_t(C) * H, 3, 0.02f);
-  std::vector<float> h(size_t(N) * H), g(size_t(N) * H), y(size_t(N) * C);
+  Aligned<float> h(size_t(N) * H), g(size_t(N) * H), y(size_t(N) * C);
   for (auto _ : state) {
     cpu::gemm_with(backend, false, true, N, H, C, x.data(), C, w1.data(), C, 0.0f, h.data(), H);
     cpu::gelu_forward(g.data(), h.data(), h.size());
@@ -313,7 +316,7 @@ void BM_AttentionFused(benchmark::State& state, AttentionShape a, bool backward)
   const size_t rows = size_t(a.B) * a.T;
   auto qkv = random_floats(rows * 3 * a.C, 5);
   auto dout = random_floats(rows * a.C, 6);
-  std::vector<float> out(rows * a.C), lse(cpu::attention_saved_floats(a.B, a.T, a.C, a.NH)),
+  Aligned<float> out(rows * a.C), lse(cpu::attention_saved_floats(a.B, a.T, a.C, a.NH)),
       dqkv(rows * 3 * a.C);
   cpu::attention_forward(out.data(), lse.data(), qkv.data(), a.B, a.T, a.C, a.NH);
   for (auto _ : state) {
@@ -351,7 +354,7 @@ void BM_AttentionBf16(benchmark::State& state, AttentionShape a, bool backward,
   const int threads = omp_get_max_threads();
   auto qkv = random_floats(rows * 3 * a.C, 5);
   auto dout = random_floats(rows * a.C, 6);
-  std::vector<float> out(rows * a.C), lse(cpu::attention_bf16_saved_floats(a.B, a.T, a.NH)),
+  Aligned<float> out(rows * a.C), lse(cpu::attention_bf16_saved_floats(a.B, a.T, a.NH)),
       dqkv(rows * 3 * a.C), ws(cpu::attention_bf16_workspace_floats(a.T, a.C / a.NH, threads));
   cpu::attention_forward_bf16(out.data(), lse.data(), qkv.data(), a.B, a.T, a.C, a.NH, ws.data(),
                               threads, products);
@@ -389,7 +392,7 @@ void BM_GqaAttention(benchmark::State& state, GqaBenchShape g, bool backward, bo
   const int threads = omp_get_max_threads();
   auto q = random_floats(rows * qw, 5), k = random_floats(rows * kvw, 6),
        v = random_floats(rows * kvw, 7), dout = random_floats(rows * qw, 8);
-  std::vector<float> out(rows * qw),
+  Aligned<float> out(rows * qw),
       saved(bf16 ? cpu::attention_bf16_saved_floats(s.B, s.T, s.NH)
                  : cpu::gqa_attention_saved_floats(s)),
       dq(rows * qw), dk(rows * kvw), dv(rows * kvw),
@@ -430,7 +433,7 @@ void BM_AttentionUnfused(benchmark::State& state, AttentionShape a) {
   const int hd = a.C / a.NH, T = a.T;
   const size_t rows = size_t(a.B) * T, C3 = 3 * size_t(a.C);
   auto qkv = random_floats(rows * C3, 5);
-  std::vector<float> out(rows * a.C), probs(size_t(a.B) * a.NH * T * T);
+  Aligned<float> out(rows * a.C), probs(size_t(a.B) * a.NH * T * T);
   const float scale = 1.0f / std::sqrt(float(hd));
   for (auto _ : state) {
 #pragma omp parallel for collapse(2) schedule(static)
@@ -464,7 +467,7 @@ void BM_AttentionUnfused(benchmark::State& state, AttentionShape a) {
 void BM_LayerNormFused(benchmark::State& state, int N, int C, bool backward) {
   auto x = random_floats(size_t(N) * C, 7), w = random_floats(C, 8), b = random_floats(C, 9),
        dy = random_floats(size_t(N) * C, 10);
-  std::vector<float> y(size_t(N) * C), mean(N), rstd(N), dx(size_t(N) * C), dw(C), db(C);
+  Aligned<float> y(size_t(N) * C), mean(N), rstd(N), dx(size_t(N) * C), dw(C), db(C);
   cpu::layernorm_forward(y.data(), mean.data(), rstd.data(), x.data(), w.data(), b.data(), N, C,
                          1e-5f);
   for (auto _ : state) {
@@ -485,7 +488,7 @@ void BM_LayerNormFused(benchmark::State& state, int N, int C, bool backward) {
 // separate sweep over the tensor as separate framework ops would make.
 void BM_LayerNormUnfused(benchmark::State& state, int N, int C) {
   auto x = random_floats(size_t(N) * C, 7), w = random_floats(C, 8), b = random_floats(C, 9);
-  std::vector<float> y(size_t(N) * C), mean(N), rstd(N);
+  Aligned<float> y(size_t(N) * C), mean(N), rstd(N);
   for (auto _ : state) {
 #pragma omp parallel for schedule(static)
     for (int n = 0; n < N; ++n) {
@@ -521,7 +524,7 @@ void BM_ClassifierFused(benchmark::State& state, int N, int V, int Vp) {
   auto logits = random_floats(size_t(N) * Vp, 11, 2.0f);
   std::vector<int32_t> targets(N);
   for (int n = 0; n < N; ++n) targets[n] = (n * 7919) % V;
-  std::vector<float> lse(N), dlogits(size_t(N) * Vp);
+  Aligned<float> lse(N), dlogits(size_t(N) * Vp);
   for (auto _ : state) {
     benchmark::DoNotOptimize(
         cpu::cross_entropy_forward(lse.data(), logits.data(), targets.data(), N, V, Vp));
@@ -539,7 +542,7 @@ void BM_ClassifierUnfused(benchmark::State& state, int N, int V, int Vp) {
   auto logits = random_floats(size_t(N) * Vp, 11, 2.0f);
   std::vector<int32_t> targets(N);
   for (int n = 0; n < N; ++n) targets[n] = (n * 7919) % V;
-  std::vector<float> probs(size_t(N) * Vp), dlogits(size_t(N) * Vp);
+  Aligned<float> probs(size_t(N) * Vp), dlogits(size_t(N) * Vp);
   for (auto _ : state) {
     double loss = 0.0;
 #pragma omp parallel for schedule(static) reduction(+ : loss)

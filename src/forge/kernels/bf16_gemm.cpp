@@ -483,6 +483,26 @@ bool amx_linear_backward_runs(int, int, int) { return false; }
 
 namespace {
 
+// W [OC, IC] rounded to bf16 a slab of 32 rows at a time into rows (its row-major bf16, OC x
+// IC values) and packed from there, while the slab is still in the core's caches, into the
+// AMX kernel's B of x W^T (forward, amx_pack_b_transposed's order) and of dout W (backward,
+// amx_pack_b's order), either may be null: one read of W for both, not a conversion pass and
+// then a pass per packing. Same bits as to_bf16 and then the two packings.
+void amx_pack_weight(float* forward, float* backward, uint16_t* rows, const float* w, int IC,
+                     int OC) {
+#pragma omp parallel for schedule(static)
+  for (int slab = 0; slab < OC / 32; ++slab) {
+    const size_t at = static_cast<size_t>(slab) * 32 * IC;
+    to_bf16_serial(rows + at, w + at, static_cast<size_t>(32) * IC);
+    if (forward) amx_pack_b_transposed_slab(forward, rows, IC, IC, OC, slab);
+    if (backward) amx_pack_b_slab(backward, rows, IC, OC, IC, slab);
+  }
+}
+
+}  // namespace
+
+namespace {
+
 // Sibling layers' output gradients side by side: part i [N, widths[i]] at data[i].
 struct GradientParts {
   std::span<const float* const> data;
@@ -517,12 +537,39 @@ struct NativeBf16 {
                            : 0;
     return std::max(gemm_bf16_blocked_b_floats(IC, OC), amx);
   }
-  // B of the AMX backward products in its tiles' order (W for dout W, inp for dout^T inp); the
-  // tiles of dout^T go where oneDNN's dout^T would be.
+  // inp as the B of the AMX backward's dout^T inp in its tiles' order, or W's rows rounded on
+  // their way to dout W's B when the forward kept none; the tiles of dout^T go where oneDNN's
+  // dout^T would be.
   static size_t backward_room_floats(int N, int IC, int OC) {
     return amx_backward(N, IC, OC) ? amx_packed_floats(std::max(N, OC), IC) : 0;
   }
   static void convert(Operand* out, const float* in, size_t n) { to_bf16(out, in, n); }
+  // The weight's operands, in `rows` (OC x IC operands): the forward product's (returned) and,
+  // when kept is not null, the backward's for dout W (in kept, where backward_products takes
+  // it). On forge's AMX kernel they are B in the tiles' orders, the forward's in room (where
+  // forward_product reads it), packed as W is rounded (amx_pack_weight); on oneDNN both are
+  // bf16(W) row-major, in kept when there is one.
+  static const Operand* convert_weight(Operand* kept, Operand* rows, const float* weight, int N,
+                                       int IC, int OC, float* room) {
+    if (!amx_linear_forward_runs(N, OC, IC)) {
+      Operand* w = kept ? kept : rows;
+      convert(w, weight, static_cast<size_t>(OC) * IC);
+      return w;
+    }
+    amx_pack_weight(room, reinterpret_cast<float*>(kept), rows, weight, IC, OC);
+    return reinterpret_cast<const Operand*>(room);
+  }
+  // The backward's operand for dout W when the forward kept none: into out, with rows (OC x IC
+  // operands) to round W through on AMX.
+  static const Operand* convert_backward_weight(Operand* out, Operand* rows, const float* weight,
+                                                int N, int IC, int OC) {
+    if (!amx_backward(N, IC, OC)) {
+      convert(out, weight, static_cast<size_t>(OC) * IC);
+      return out;
+    }
+    amx_pack_weight(nullptr, reinterpret_cast<float*>(out), rows, weight, IC, OC);
+    return out;
+  }
   static void convert_gradient(Operand* g, Operand* gt, float* dbias, const float* dout, int N,
                                int IC, int OC) {
     if (amx_backward(N, IC, OC))
@@ -546,8 +593,8 @@ struct NativeBf16 {
       }
     }
   }
-  // out = x W^T + bias: forge's AMX kernel where it takes the shape, both operands packed into
-  // room; else oneDNN with the weight in its own layout there.
+  // out = x W^T + bias, w as convert_weight returned it: forge's AMX kernel where it takes the
+  // shape, x packed into room after w; else oneDNN with the weight in its own layout there.
   static void forward_product(float* out, const Operand* x, const Operand* w, const float* bias,
                               int N, int IC, int OC, float* room, const AmxEpilogue& after) {
     if (amx_linear_forward_runs(N, OC, IC))
@@ -560,9 +607,8 @@ struct NativeBf16 {
   static void forward_product(const AmxC& out, const Operand* x, const Operand* w,
                               const float* bias, int N, int IC, int OC, float* room,
                               const AmxEpilogue& after) {
-    amx_pack_b_transposed(room, w, IC, IC, OC);
-    amx_gemm(out, {x, IC, AmxLayout::kRows, room + amx_packed_floats(OC, IC)}, room, bias, N, OC,
-             IC, after);
+    amx_gemm(out, {x, IC, AmxLayout::kRows, room + amx_packed_floats(OC, IC)},
+             reinterpret_cast<const float*>(w), bias, N, OC, IC, after);
   }
   // dinp = dout W (when dinp is not null) and dweight = dout^T inp from g and gt as
   // convert_gradient left them: on AMX g in the tiles' order and gt room for dout^T's tiles; on
@@ -571,11 +617,9 @@ struct NativeBf16 {
                                 const Operand* w, const Operand* x, int N, int IC, int OC,
                                 float* room) {
     if (amx_backward(N, IC, OC)) {
-      if (dinp) {
-        amx_pack_b(room, w, IC, OC, IC);
-        amx_gemm(amx_c(dinp, IC, IC), {g, OC, AmxLayout::kTiles, nullptr}, room, nullptr, N, IC,
-                 OC);
-      }
+      if (dinp)
+        amx_gemm(amx_c(dinp, IC, IC), {g, OC, AmxLayout::kTiles, nullptr},
+                 reinterpret_cast<const float*>(w), nullptr, N, IC, OC);
       amx_pack_b(room, x, IC, N, IC);
       amx_gemm(amx_c(dweight, IC, IC),
                {g, OC, AmxLayout::kTilesOfTranspose, reinterpret_cast<float*>(gt)}, room, nullptr,
@@ -596,6 +640,17 @@ struct RoundedFp32 {
   static size_t forward_room_floats(int, int, int) { return 0; }  // the fp32 GEMM packs its own
   static size_t backward_room_floats(int, int, int) { return 0; }
   static void convert(Operand* out, const float* in, size_t n) { round_bf16(out, in, n); }
+  static const Operand* convert_weight(Operand* kept, Operand* rows, const float* weight, int,
+                                       int IC, int OC, float* /*room*/) {
+    Operand* w = kept ? kept : rows;
+    convert(w, weight, static_cast<size_t>(OC) * IC);
+    return w;
+  }
+  static const Operand* convert_backward_weight(Operand* out, Operand* /*rows*/,
+                                                const float* weight, int, int IC, int OC) {
+    convert(out, weight, static_cast<size_t>(OC) * IC);
+    return out;
+  }
   // g = bf16(dout), as fp32 values, and when dbias is given, dbias = column sums of the
   // unrounded dout (in bias_gradient's order), in one read of dout.
   static void convert_gradient(Operand* g, Operand* /*gt*/, float* dbias, const float* dout, int N,
@@ -657,10 +712,12 @@ void forward_on(const Out& out, float* saved, const float* inp, const float* wei
   const size_t x_floats = saved_floats<Path>(N, IC);
   const size_t w_floats = operand_floats<Path>(static_cast<size_t>(OC) * IC);
   T* x = reinterpret_cast<T*>(saved ? saved : scratch);
-  T* w = reinterpret_cast<T*>(weight_operand ? weight_operand : scratch + x_floats);
+  float* room = scratch + x_floats + w_floats;
   if (!(saved && inp_in_saved)) Path::convert(x, inp, static_cast<size_t>(N) * IC);
-  Path::convert(w, weight, static_cast<size_t>(OC) * IC);
-  Path::forward_product(out, x, w, bias, N, IC, OC, scratch + x_floats + w_floats, after);
+  const T* w =
+      Path::convert_weight(reinterpret_cast<T*>(weight_operand),
+                           reinterpret_cast<T*>(scratch + x_floats), weight, N, IC, OC, room);
+  Path::forward_product(out, x, w, bias, N, IC, OC, room, after);
 }
 
 // The backward's scratch: dout's operand(s), inp's (without saved), the weight's (without a
@@ -680,13 +737,11 @@ void backward_on(float* dinp, float* dweight, float* dbias, const Dout& dout, co
   rest += saved ? 0 : saved_floats<Path>(N, IC);
   Path::convert_gradient(g, gt, dbias, dout, N, IC, OC);
   const T* w = reinterpret_cast<const T*>(weight_operand);
-  if (dinp && !w) {
-    T* converted = reinterpret_cast<T*>(rest);
-    Path::convert(converted, weight, static_cast<size_t>(OC) * IC);
-    w = converted;
-  }
-  if (!weight_operand) rest += operand_floats<Path>(static_cast<size_t>(OC) * IC);
-  Path::backward_products(dinp, dweight, g, gt, w, x, N, IC, OC, rest);
+  float* room = rest + (weight_operand ? 0 : operand_floats<Path>(static_cast<size_t>(OC) * IC));
+  if (dinp && !w)  // W rounded through room, which the products use only after
+    w = Path::convert_backward_weight(reinterpret_cast<T*>(rest), reinterpret_cast<T*>(room),
+                                      weight, N, IC, OC);
+  Path::backward_products(dinp, dweight, g, gt, w, x, N, IC, OC, room);
 }
 
 template <typename Path>

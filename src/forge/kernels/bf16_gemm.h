@@ -123,9 +123,11 @@ size_t bf16_operand_floats(size_t n);
 // saved: bf16_linear_saved_floats(N, IC, OC) floats, or null: forward then keeps nothing, and
 // backward converts inp itself. Backward's inp must be forward's.
 // inp_in_saved: saved already holds inp's conversion (a forward of the same inp filled it).
-// weight_operand: bf16_operand_floats(OC * IC) floats, or null. Forward converts the
-// weight there (else into scratch); backward then takes it from there instead of converting
-// the weight again, so it must hold forward's conversion of this weight, unchanged since.
+// weight_operand: bf16_operand_floats(OC * IC) floats, or null. Forward writes the weight's
+// operand for backward's dout W there (bf16(W); on forge's AMX kernel already packed as that
+// product's B, in the same read of W that packs the forward's); backward then takes it from
+// there instead of converting the weight again, so it must hold what a forward of this weight
+// and shape wrote, unchanged since.
 void bf16_linear_forward(float* out, float* saved, const float* inp, const float* weight,
                          const float* bias, int N, int IC, int OC, float* scratch,
                          bool inp_in_saved = false, float* weight_operand = nullptr);

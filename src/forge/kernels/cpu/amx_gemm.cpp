@@ -116,9 +116,7 @@ void pack_a_transposing(uint16_t* out, int mb, int k_tiles, size_t ld, Block blo
 
 }  // namespace
 
-void amx_pack_b_transposed(float* packed, const uint16_t* bt, int ld, int K, int N) {
-  FORGE_CHECK(amx_operand_fits(N, K), "amx_pack_b_transposed: {} x {} is not whole tiles", K, N);
-  FORGE_CHECK(ld % 2 == 0, "amx_pack_b_transposed: odd row stride {}", ld);
+void amx_pack_b_transposed_slab(float* packed, const uint16_t* bt, int ld, int K, int N, int slab) {
   const int k_tiles = K / 32, ld_words = ld / 2;
   const auto* w = reinterpret_cast<const uint32_t*>(bt);  // a row's K pairs as words
   auto* out = reinterpret_cast<uint32_t*>(packed);
@@ -127,8 +125,8 @@ void amx_pack_b_transposed(float* packed, const uint16_t* bt, int ld, int K, int
   const __m512i rows =
       _mm512_mullo_epi32(_mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0),
                          _mm512_set1_epi32(ld_words));
-#pragma omp parallel for schedule(static)
-  for (int nb = 0; nb < N / 16; ++nb)
+  (void)N;
+  for (int nb = 2 * slab; nb < 2 * slab + 2; ++nb)
     for (int kb = 0; kb < k_tiles; ++kb) {
       const uint32_t* block = w + static_cast<size_t>(16 * nb) * ld_words + 16 * kb;
       uint32_t* tile = out + pair_at(nb / 2, kb, k_tiles) + (nb % 2) * kTileWords;
@@ -138,28 +136,38 @@ void amx_pack_b_transposed(float* packed, const uint16_t* bt, int ld, int K, int
     }
 }
 
-void amx_pack_b(float* packed, const uint16_t* b, int ld, int K, int N) {
-  FORGE_CHECK(amx_operand_fits(N, K), "amx_pack_b: {} x {} is not whole tiles", K, N);
-  const int k_tiles = K / 32;
+void amx_pack_b_transposed(float* packed, const uint16_t* bt, int ld, int K, int N) {
+  FORGE_CHECK(amx_operand_fits(N, K), "amx_pack_b_transposed: {} x {} is not whole tiles", K, N);
+  FORGE_CHECK(ld % 2 == 0, "amx_pack_b_transposed: odd row stride {}", ld);
+#pragma omp parallel for schedule(static)
+  for (int slab = 0; slab < N / 32; ++slab) amx_pack_b_transposed_slab(packed, bt, ld, K, N, slab);
+}
+
+void amx_pack_b_slab(float* packed, const uint16_t* b, int ld, int K, int N, int slab) {
+  const int k_tiles = K / 32, kb = slab;
   auto* out = reinterpret_cast<uint16_t*>(packed);
   // Tile row p holds, per column n, the pair (B[2p, n], B[2p + 1, n]): rows 2p and 2p + 1
   // interleaved word by word.
   const __m512i index = _mm512_set_epi16(47, 15, 46, 14, 45, 13, 44, 12, 43, 11, 42, 10, 41, 9, 40,
                                          8, 39, 7, 38, 6, 37, 5, 36, 4, 35, 3, 34, 2, 33, 1, 32, 0);
+  for (int nb = 0; nb < N / 16; ++nb) {
+    const uint16_t* src = b + static_cast<size_t>(32 * kb) * ld + 16 * nb;
+    uint16_t* tile = out + (pair_at(nb / 2, kb, k_tiles) + (nb % 2) * kTileWords) * 2;
+    for (int p = 0; p < 16; ++p) {
+      const __m512i even = _mm512_castsi256_si512(
+          _mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + 2 * p * ld)));
+      const __m512i odd = _mm512_castsi256_si512(
+          _mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + (2 * p + 1) * ld)));
+      _mm512_storeu_si512(tile + 32 * p, _mm512_permutex2var_epi16(even, index, odd));
+    }
+  }
+}
+
+void amx_pack_b(float* packed, const uint16_t* b, int ld, int K, int N) {
+  FORGE_CHECK(amx_operand_fits(N, K), "amx_pack_b: {} x {} is not whole tiles", K, N);
   // A slab of 32 rows at a time, all its column blocks, so that each row's lines are read once.
 #pragma omp parallel for schedule(static)
-  for (int kb = 0; kb < k_tiles; ++kb)
-    for (int nb = 0; nb < N / 16; ++nb) {
-      const uint16_t* src = b + static_cast<size_t>(32 * kb) * ld + 16 * nb;
-      uint16_t* tile = out + (pair_at(nb / 2, kb, k_tiles) + (nb % 2) * kTileWords) * 2;
-      for (int p = 0; p < 16; ++p) {
-        const __m512i even = _mm512_castsi256_si512(
-            _mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + 2 * p * ld)));
-        const __m512i odd = _mm512_castsi256_si512(
-            _mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + (2 * p + 1) * ld)));
-        _mm512_storeu_si512(tile + 32 * p, _mm512_permutex2var_epi16(even, index, odd));
-      }
-    }
+  for (int slab = 0; slab < K / 32; ++slab) amx_pack_b_slab(packed, b, ld, K, N, slab);
 }
 
 void amx_gemm(const AmxC& c, const AmxA& a, const float* b_packed, const float* bias, int M, int N,
