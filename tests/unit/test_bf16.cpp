@@ -21,6 +21,7 @@
 #include "forge/kernels/cpu/dispatch.h"
 #include "forge/kernels/gelu.h"
 #include "forge/kernels/linear.h"
+#include "forge/kernels/swiglu.h"
 #include "forge/numerics/numerics.h"
 #include "test_util.h"
 
@@ -305,6 +306,58 @@ TEST(AmxGemm, SiblingPartsMatchTheStackedLayerBitForBit) {
     EXPECT_EQ(std::memcmp(dx2.data(), dx.data(), dx.size() * sizeof(float)), 0);
     EXPECT_EQ(std::memcmp(dw2.data(), dw.data(), dw.size() * sizeof(float)), 0);
   }
+}
+
+// gate | up's backward with SwiGLU's backward done as the output gradients are rounded into
+// the tiles: the bits of swiglu_backward and then the parts backward, on teams of 1 and 3
+// threads (rows split unevenly), with the weight's operand kept from forward and without.
+// F = 288 is not a multiple of the 256-column runs the fused conversion takes at a time.
+TEST(AmxGemm, SwigluInTheGradientRoundingMatchesTheTwoKernelsBitForBit) {
+  if (!cpu::amx_linear_available()) GTEST_SKIP() << "forge's AMX kernels do not run here";
+  const int N = 160, IC = 96, F = 288, OC = 2 * F;
+  const std::vector<int> widths = {F, F};
+  const size_t NF = size_t(N) * F;
+  // gate spread wide enough that the sigmoid saturates at both ends.
+  const Floats x = random_floats(size_t(N) * IC, 70), w = random_floats(size_t(OC) * IC, 71, 0.1f),
+               gate = random_floats(NF, 72, 4.0f), up = random_floats(NF, 73),
+               dact = random_floats(NF, 74);
+  const int saved_threads = omp_get_max_threads();
+  for (int threads : {1, 3})
+    for (bool kept : {false, true}) {
+      SCOPED_TRACE(testing::Message() << threads << " threads, weight operand "
+                                      << (kept ? "kept" : "converted in backward"));
+      omp_set_num_threads(threads);
+      Floats scratch(cpu::bf16_linear_scratch_floats(N, IC, OC),
+                     std::numeric_limits<float>::quiet_NaN());
+      Floats saved(cpu::bf16_linear_saved_floats(N, IC, OC)),
+          operand(cpu::bf16_operand_floats(size_t(OC) * IC));
+      float* weight_operand = kept ? operand.data() : nullptr;
+      Floats out_gate(NF), out_up(NF);
+      const std::vector<float*> outs = {out_gate.data(), out_up.data()};
+      cpu::bf16_linear_forward_parts(outs, widths, saved.data(), x.data(), w.data(), N, IC,
+                                     scratch.data(), weight_operand);
+      // Apart: dgate and dup in fp32, then the parts backward.
+      Floats dgate(NF), dup(NF), want_dx(size_t(N) * IC, 7.0f), want_dw(size_t(OC) * IC, 7.0f);
+      cpu::swiglu_backward(dgate.data(), dup.data(), dact.data(), gate.data(), up.data(), NF);
+      const std::vector<const float*> douts = {dgate.data(), dup.data()};
+      cpu::bf16_linear_backward_parts(want_dx.data(), want_dw.data(), douts, widths, x.data(),
+                                      w.data(), saved.data(), N, IC, scratch.data(),
+                                      weight_operand);
+      Floats dx(want_dx.size(), 5.0f), dw(want_dw.size(), 5.0f);
+      cpu::bf16_swiglu_linear_backward(dx.data(), dw.data(), dact.data(), gate.data(), up.data(), F,
+                                       x.data(), w.data(), saved.data(), N, IC, scratch.data(),
+                                       weight_operand);
+      EXPECT_EQ(std::memcmp(dx.data(), want_dx.data(), dx.size() * sizeof(float)), 0);
+      EXPECT_EQ(std::memcmp(dw.data(), want_dw.data(), dw.size() * sizeof(float)), 0);
+      // Not vacuous: SwiGLU's gradient reached both parts of dw.
+      EXPECT_NE(dw[0], 0.0f);
+      EXPECT_NE(dw[size_t(F) * IC], 0.0f);
+    }
+  omp_set_num_threads(saved_threads);
+  EXPECT_THROW(
+      cpu::bf16_swiglu_linear_backward(nullptr, nullptr, dact.data(), gate.data(), up.data(), 48,
+                                       x.data(), w.data(), nullptr, N, IC, nullptr),
+      forge::Error);
 }
 
 // c_fc with GELU in the AMX product's epilogue: the same bits as the linear kernel and then

@@ -23,6 +23,7 @@
 #include "forge/kernels/gelu.h"
 #include "forge/kernels/gemm.h"
 #include "forge/kernels/linear.h"
+#include "forge/kernels/swiglu.h"
 
 namespace forge::kernels {
 
@@ -509,6 +510,13 @@ struct GradientParts {
   std::span<const int> widths;
 };
 
+// The output gradients of Llama's gate | up, not yet computed: SwiGLU's backward of dact [N,
+// F] at gate and up [N, F] (kernels/swiglu.h) gives them, dgate the first F columns.
+struct SwigluGradient {
+  const float *dact, *gate, *up;
+  int F;
+};
+
 // The two ways to multiply bf16 operands, behind one interface so that the linear layer is
 // written once: packed bf16 into forge's AMX kernel or oneDNN's bf16 matmul where the CPU has
 // bf16 dot products, else bf16-rounded values left in fp32 into the fp32 GEMM (the same
@@ -590,6 +598,25 @@ struct NativeBf16 {
         const int width = dout.widths[i];
         row_to_tiles(g, dout.data[i] + static_cast<size_t>(n) * width, n, o, o + width, OC);
         o += width;
+      }
+    }
+  }
+  // g from SwiGLU's backward, a row's run of columns at a time into a buffer in L1 and from
+  // there into the tiles: dgate and dup are never written out in fp32, nor read back. Requires
+  // amx_backward(N, IC, 2 F).
+  static void convert_gradient(Operand* g, Operand* /*gt*/, float* /*dbias*/,
+                               const SwigluGradient& d, int N, int /*IC*/, int OC) {
+    constexpr int kRun = 256;  // columns: 2 KiB of dgate and of dup
+#pragma omp parallel for schedule(static)
+    for (int n = 0; n < N; ++n) {
+      alignas(64) float dgate[kRun], dup[kRun];
+      const size_t row = static_cast<size_t>(n) * d.F;
+      for (int o = 0; o < d.F; o += kRun) {
+        const int run = std::min(kRun, d.F - o);  // a multiple of 32, as F is
+        swiglu_backward_serial(dgate, dup, d.dact + row + o, d.gate + row + o, d.up + row + o,
+                               static_cast<size_t>(run));
+        row_to_tiles(g, dgate, n, o, o + run, OC);
+        row_to_tiles(g, dup, n, d.F + o, d.F + o + run, OC);
       }
     }
   }
@@ -862,6 +889,17 @@ void bf16_linear_backward_parts(float* dinp, float* dweight, std::span<const flo
               "bf16_linear_backward_parts: {} x {} x {} not on the AMX kernel", N, IC, OC);
   backward_on<NativeBf16>(dinp, dweight, nullptr, GradientParts{douts, widths}, inp, weight, saved,
                           N, IC, OC, scratch, weight_operand);
+}
+
+void bf16_swiglu_linear_backward(float* dinp, float* dweight, const float* dact, const float* gate,
+                                 const float* up, int F, const float* inp, const float* weight,
+                                 const float* saved, int N, int IC, float* scratch,
+                                 const float* weight_operand) {
+  const int widths[] = {F, F};
+  FORGE_CHECK(bf16_linear_parts_run(N, IC, widths),
+              "bf16_swiglu_linear_backward: {} x {} x 2 x {} not on the AMX kernel", N, IC, F);
+  backward_on<NativeBf16>(dinp, dweight, nullptr, SwigluGradient{dact, gate, up, F}, inp, weight,
+                          saved, N, IC, 2 * F, scratch, weight_operand);
 }
 
 }  // namespace cpu

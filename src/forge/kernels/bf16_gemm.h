@@ -149,6 +149,17 @@ void bf16_linear_backward_parts(float* dinp, float* dweight, std::span<const flo
                                 const float* saved, int N, int IC, float* scratch,
                                 const float* weight_operand = nullptr);
 
+// Llama's gate | up (sibling layers of width F each, stacked weight gate then up) backward
+// from the gradient of SwiGLU's output, dact [N, F], with SwiGLU's backward (kernels/swiglu.h,
+// over gate and up [N, F]) done as the output gradients are rounded into the AMX tiles, so that
+// dgate and dup never go to memory in fp32: dinp and dweight as bf16_linear_backward_parts
+// gives them from cpu::swiglu_backward's dgate and dup, bit for bit. Scratch, saved and
+// weight_operand as above for OC = 2 F. Only where bf16_linear_parts_run(N, IC, {F, F}).
+void bf16_swiglu_linear_backward(float* dinp, float* dweight, const float* dact, const float* gate,
+                                 const float* up, int F, const float* inp, const float* weight,
+                                 const float* saved, int N, int IC, float* scratch,
+                                 const float* weight_operand = nullptr);
+
 // c_fc of GPT-2's MLP with its GELU done in the product where forge's AMX kernel runs it: out
 // as bf16_linear_forward writes it and act = gelu(out) as kernels/gelu.h's gelu_forward
 // computes it, each block of rows as soon as the product has written it (still in the core's

@@ -22,6 +22,9 @@ namespace cpu {
 void swiglu_forward(float* out, const float* gate, const float* up, size_t n);
 void swiglu_backward(float* dgate, float* dup, const float* dout, const float* gate,
                      const float* up, size_t n);
+// The same on the calling thread (for a fused op's parallel loop): the same bits.
+void swiglu_backward_serial(float* dgate, float* dup, const float* dout, const float* gate,
+                            const float* up, size_t n);
 }  // namespace cpu
 
 }  // namespace forge::kernels

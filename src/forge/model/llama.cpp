@@ -282,12 +282,19 @@ void Llama::backward(float dloss, float* grads) {
     // MLP branch: res2 = res1 + down(silu(gate(ln2)) * up(ln2)),  ln2 = RMSNorm(res1)
     nx_.linear_backward(d_act_, g.down_w, nullptr, d_res, a.act, w.down_w, a.down_saved, N, F, C);
     record(pfx, "mlp.swiglu", d_act_, {B, T, F});
-    nx_.swiglu_backward(d_gate_, d_up_, d_act_, a.gate, a.up, NF);
-    record(pfx, "mlp.gate_proj", d_gate_, {B, T, F});
-    record(pfx, "mlp.up_proj", d_up_, {B, T, F});
-    // ln2 feeds two projections: d(ln2) is the sum of what each sends back, up's first.
-    nx_.linear_backward_siblings(d_ln_, d_tmp, {g.gate_w, g.up_w}, {d_gate_, d_up_}, a.ln2,
-                                 {w.gate_w, w.up_w}, a.ln2_saved, {F, F}, N, C);
+    // d(gate), d(up) = SwiGLU's backward; ln2 feeds both projections: d(ln2) is the sum of
+    // what each sends back, up's first. A profile may fuse the two steps and skip writing
+    // d(gate) and d(up), which a recorder then would not get: with one, they run apart.
+    if (recording()) {
+      nx_.swiglu_backward(d_gate_, d_up_, d_act_, a.gate, a.up, NF);
+      record(pfx, "mlp.gate_proj", d_gate_, {B, T, F});
+      record(pfx, "mlp.up_proj", d_up_, {B, T, F});
+      nx_.linear_backward_siblings(d_ln_, d_tmp, {g.gate_w, g.up_w}, {d_gate_, d_up_}, a.ln2,
+                                   {w.gate_w, w.up_w}, a.ln2_saved, {F, F}, N, C);
+    } else {
+      nx_.swiglu_linear_backward(d_ln_, d_tmp, d_gate_, d_up_, g.gate_w, g.up_w, d_act_, a.gate,
+                                 a.up, a.ln2, w.gate_w, w.up_w, a.ln2_saved, F, N, C);
+    }
     record(pfx, "post_attention_layernorm", d_ln_, {B, T, C});
     // d(res1) = d(res2) + d(through the MLP): autograd receives the residual's term first,
     // then the norm's two (see rmsnorm_backward_residual).

@@ -93,6 +93,9 @@ class Model {
   void record(std::string_view name, const float* data, std::initializer_list<int64_t> shape);
   void record(LayerDumpName where, std::string_view name, const float* data,
               std::initializer_list<int64_t> shape);
+  // Whether a recorder listens (a fused op that skips writing what it would hand over is
+  // then run unfused).
+  bool recording() const { return recorder_ != nullptr; }
 
  private:
   ActivationRecorder* recorder_ = nullptr;

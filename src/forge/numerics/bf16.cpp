@@ -182,6 +182,28 @@ class Bf16Numerics final : public Numerics {
     return true;
   }
 
+  // On forge's AMX kernel, with gate's and up's weights (and gradients) back to back as one
+  // stacked layer, SwiGLU's backward runs inside the rounding of the output gradients into the
+  // tiles (kernels/bf16_gemm.h).
+  bool fuses_swiglu_linear_backward(const float* gate_w, const float* up_w, const float* dgate_w,
+                                    const float* dup_w, int F, int N, int IC) const override {
+    const int widths[] = {F, F};
+    const size_t part = static_cast<size_t>(F) * IC;
+    return up_w == gate_w + part && dup_w == dgate_w + part &&
+           k::bf16_linear_parts_run(N, IC, widths);
+  }
+  void swiglu_linear_backward(float* dinp, float* scratch, float* dgate, float* dup, float* dgate_w,
+                              float* dup_w, const float* dact, const float* gate, const float* up,
+                              const float* inp, const float* gate_w, const float* up_w,
+                              const float* saved, int F, int N, int IC) override {
+    if (!fuses_swiglu_linear_backward(gate_w, up_w, dgate_w, dup_w, F, N, IC))
+      return Numerics::swiglu_linear_backward(dinp, scratch, dgate, dup, dgate_w, dup_w, dact, gate,
+                                              up, inp, gate_w, up_w, saved, F, N, IC);
+    k::bf16_swiglu_linear_backward(dinp, dgate_w, dact, gate, up, F, inp, gate_w, saved, N, IC,
+                                   scratch_for(N, IC, 2 * F),
+                                   weight_slot(gate_w, IC, 2 * F, false));
+  }
+
   // As `fast` does (numerics/stacked_linear.h): one GEMM by the stacked weight, whose bf16
   // operand then has one slot, converted once per forward like any other weight's.
   std::span<float> stacked_product_room() override { return {stacked_.data(), stacked_.size()}; }

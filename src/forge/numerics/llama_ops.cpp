@@ -69,6 +69,16 @@ void Numerics::linear_backward_siblings(float* dinp, float* scratch,
   }
 }
 
+void Numerics::swiglu_linear_backward(float* dinp, float* scratch, float* dgate, float* dup,
+                                      float* dgate_w, float* dup_w, const float* dact,
+                                      const float* gate, const float* up, const float* inp,
+                                      const float* gate_w, const float* up_w, const float* saved,
+                                      int F, int N, int IC) {
+  swiglu_backward(dgate, dup, dact, gate, up, static_cast<size_t>(N) * F);
+  linear_backward_siblings(dinp, scratch, {dgate_w, dup_w}, {dgate, dup}, inp, {gate_w, up_w},
+                           saved, {F, F}, N, IC);
+}
+
 void Numerics::linear_gelu_forward(float* out, float* act, float* saved, const float* inp,
                                    const float* weight, const float* bias, int N, int IC, int OC) {
   linear_forward(out, saved, inp, weight, bias, N, IC, OC);

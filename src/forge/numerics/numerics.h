@@ -161,6 +161,24 @@ class Numerics {
                                         const float* saved, std::initializer_list<int> widths,
                                         int N, int IC);
 
+  // Llama's gate | up backward from the gradient of SwiGLU's output dact [N, F]: dgate, dup =
+  // swiglu_backward(dact, gate, up), then linear_backward_siblings of gate and up (widths F,
+  // F) with them; the default does exactly that. A profile that fuses the two
+  // (fuses_swiglu_linear_backward) gives the same dinp and weight gradients and may leave
+  // dgate and dup unwritten: a caller that reads them (a dump) calls the two ops itself.
+  virtual void swiglu_linear_backward(float* dinp, float* scratch, float* dgate, float* dup,
+                                      float* dgate_w, float* dup_w, const float* dact,
+                                      const float* gate, const float* up, const float* inp,
+                                      const float* gate_w, const float* up_w, const float* saved,
+                                      int F, int N, int IC);
+  // Whether it runs fused for these weights (and their gradients) and shape.
+  virtual bool fuses_swiglu_linear_backward(const float* gate_w, const float* up_w,
+                                            const float* dgate_w, const float* dup_w, int F, int N,
+                                            int IC) const {
+    (void)gate_w, (void)up_w, (void)dgate_w, (void)dup_w, (void)F, (void)N, (void)IC;
+    return false;
+  }
+
   // The stacked layer of such siblings (weights back to back, OC = sum widths, no bias)
   // writing each layer's output into outs[i] in forward and reading each one's output
   // gradient from douts[i] in backward, where the profile's products can (no stacked product

@@ -72,6 +72,20 @@ void TimedNumerics::linear_gelu_forward(float* out, float* act, float* saved, co
   timed("linear + gelu fwd",
         [&] { inner_->linear_gelu_forward(out, act, saved, inp, w, b, N, IC, OC); });
 }
+// Likewise: fused, one op; else the default's SwiGLU and linear, each timed as itself.
+void TimedNumerics::swiglu_linear_backward(float* dinp, float* scratch, float* dgate, float* dup,
+                                           float* dgate_w, float* dup_w, const float* dact,
+                                           const float* gate, const float* up, const float* inp,
+                                           const float* gate_w, const float* up_w,
+                                           const float* saved, int F, int N, int IC) {
+  if (!inner_->fuses_swiglu_linear_backward(gate_w, up_w, dgate_w, dup_w, F, N, IC))
+    return Numerics::swiglu_linear_backward(dinp, scratch, dgate, dup, dgate_w, dup_w, dact, gate,
+                                            up, inp, gate_w, up_w, saved, F, N, IC);
+  timed("swiglu + linear bwd", [&] {
+    inner_->swiglu_linear_backward(dinp, scratch, dgate, dup, dgate_w, dup_w, dact, gate, up, inp,
+                                   gate_w, up_w, saved, F, N, IC);
+  });
+}
 void TimedNumerics::linear_forward_siblings(std::initializer_list<float*> outs, float* saved,
                                             const float* inp,
                                             std::initializer_list<const float*> weights,

@@ -65,6 +65,14 @@ class TimedNumerics final : public Numerics {
   bool fuses_linear_gelu_forward(int N, int IC, int OC) const override {
     return inner_->fuses_linear_gelu_forward(N, IC, OC);
   }
+  void swiglu_linear_backward(float* dinp, float* scratch, float* dgate, float* dup, float* dgate_w,
+                              float* dup_w, const float* dact, const float* gate, const float* up,
+                              const float* inp, const float* gate_w, const float* up_w,
+                              const float* saved, int F, int N, int IC) override;
+  bool fuses_swiglu_linear_backward(const float* gate_w, const float* up_w, const float* dgate_w,
+                                    const float* dup_w, int F, int N, int IC) const override {
+    return inner_->fuses_swiglu_linear_backward(gate_w, up_w, dgate_w, dup_w, F, N, IC);
+  }
   void linear_forward_siblings(std::initializer_list<float*> outs, float* saved, const float* inp,
                                std::initializer_list<const float*> weights,
                                std::initializer_list<int> widths, int N, int IC) override;
