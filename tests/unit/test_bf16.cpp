@@ -308,6 +308,45 @@ TEST(AmxGemm, SiblingPartsMatchTheStackedLayerBitForBit) {
   }
 }
 
+// The down projection with SwiGLU rounded straight into its input operand: out and the saved
+// operand carry the bits of swiglu_forward and then the linear forward, and backward from that
+// saved state never reads the (unwritten) fp32 input. Shapes on the AMX kernel and off it
+// (oneDNN), with N F past one 4096-value block and not a multiple of 16 (a scalar tail).
+TEST(Bf16, SwigluIntoTheDownProjectionMatchesTheTwoKernelsBitForBit) {
+  if (!cpu::native_bf16_available()) GTEST_SKIP() << "no bf16 dot products on this CPU";
+  int seed = 90;
+  for (auto [N, F, OC] :
+       {std::tuple{96, 160, 64}, std::tuple{37, 45, 29}, std::tuple{64, 32, 96}}) {
+    SCOPED_TRACE(testing::Message() << "N=" << N << " F=" << F << " OC=" << OC);
+    const size_t NF = size_t(N) * F;
+    const Floats gate = random_floats(NF, seed++, 4.0f), up = random_floats(NF, seed++),
+                 w = random_floats(size_t(OC) * F, seed++),
+                 dout = random_floats(size_t(N) * OC, seed++);
+    Floats scratch(cpu::bf16_linear_scratch_floats(N, F, OC), 0.0f);
+    Floats act(NF), out(size_t(N) * OC), saved(cpu::bf16_linear_saved_floats(N, F, OC), 0.0f);
+    cpu::swiglu_forward(act.data(), gate.data(), up.data(), NF);
+    cpu::bf16_linear_forward(out.data(), saved.data(), act.data(), w.data(), nullptr, N, F, OC,
+                             scratch.data());
+    Floats out2(out.size(), 5.0f), saved2(saved.size(), 5.0f);
+    cpu::bf16_swiglu_linear_forward(out2.data(), saved2.data(), gate.data(), up.data(), w.data(), N,
+                                    F, OC, scratch.data());
+    EXPECT_EQ(std::memcmp(out2.data(), out.data(), out.size() * sizeof(float)), 0);
+    EXPECT_EQ(std::memcmp(saved2.data(), saved.data(), NF * sizeof(uint16_t)), 0);  // its N F bf16
+    // Backward from the fused forward's saved state, its fp32 input all NaN: the same bits.
+    Floats dx(act.size()), dw(w.size()), dx2(act.size()), dw2(w.size());
+    const Floats nan_input(NF, std::numeric_limits<float>::quiet_NaN());
+    cpu::bf16_linear_backward(dx.data(), dw.data(), nullptr, dout.data(), act.data(), w.data(),
+                              saved.data(), N, F, OC, scratch.data());
+    cpu::bf16_linear_backward(dx2.data(), dw2.data(), nullptr, dout.data(), nan_input.data(),
+                              w.data(), saved2.data(), N, F, OC, scratch.data());
+    EXPECT_EQ(std::memcmp(dx2.data(), dx.data(), dx.size() * sizeof(float)), 0);
+    EXPECT_EQ(std::memcmp(dw2.data(), dw.data(), dw.size() * sizeof(float)), 0);
+  }
+  EXPECT_THROW(cpu::bf16_swiglu_linear_forward(nullptr, nullptr, nullptr, nullptr, nullptr, 32, 32,
+                                               32, nullptr),
+               forge::Error);
+}
+
 // gate | up's backward with SwiGLU's backward done as the output gradients are rounded into
 // the tiles: the bits of swiglu_backward and then the parts backward, on teams of 1 and 3
 // threads (rows split unevenly), with the weight's operand kept from forward and without.

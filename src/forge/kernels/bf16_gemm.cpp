@@ -891,6 +891,28 @@ void bf16_linear_backward_parts(float* dinp, float* dweight, std::span<const flo
                           N, IC, OC, scratch, weight_operand);
 }
 
+void bf16_swiglu_linear_forward(float* out, float* saved, const float* gate, const float* up,
+                                const float* weight, int N, int F, int OC, float* scratch,
+                                float* weight_operand) {
+  FORGE_CHECK(native_bf16_available() && saved,
+              "bf16_swiglu_linear_forward: needs bf16 dot products and saved state");
+  // SwiGLU a block at a time into a buffer in L1, rounded from there into the product's
+  // input operand, which forward keeps in saved: blocks as swiglu_forward takes them.
+  constexpr size_t kBlock = 4096;
+  auto* x = reinterpret_cast<uint16_t*>(saved);
+  const size_t n = static_cast<size_t>(N) * F;
+  const long blocks = static_cast<long>((n + kBlock - 1) / kBlock);
+#pragma omp parallel for schedule(static)
+  for (long blk = 0; blk < blocks; ++blk) {
+    alignas(64) float act[kBlock];
+    const size_t i0 = static_cast<size_t>(blk) * kBlock, len = std::min(n - i0, kBlock);
+    swiglu_forward_serial(act, gate + i0, up + i0, len);
+    to_bf16_serial(x + i0, act, len);
+  }
+  forward_on<NativeBf16>(out, saved, /*inp=*/nullptr, weight, nullptr, N, F, OC, scratch,
+                         /*inp_in_saved=*/true, weight_operand);
+}
+
 void bf16_swiglu_linear_backward(float* dinp, float* dweight, const float* dact, const float* gate,
                                  const float* up, int F, const float* inp, const float* weight,
                                  const float* saved, int N, int IC, float* scratch,

@@ -149,6 +149,16 @@ void bf16_linear_backward_parts(float* dinp, float* dweight, std::span<const flo
                                 const float* saved, int N, int IC, float* scratch,
                                 const float* weight_operand = nullptr);
 
+// Llama's down projection after SwiGLU: out [N, OC] = swiglu(gate, up) W^T (no bias), gate and
+// up [N, F], with SwiGLU's output (kernels/swiglu.h) rounded into the product's input operand
+// in saved as it is made, never written out in fp32: out and saved as swiglu_forward and then
+// bf16_linear_forward give them, bit for bit, so that backward (with saved) needs no fp32
+// input. Scratch and weight_operand as above for IC = F. Only with native bf16 dot products
+// (native_bf16_available()) and saved.
+void bf16_swiglu_linear_forward(float* out, float* saved, const float* gate, const float* up,
+                                const float* weight, int N, int F, int OC, float* scratch,
+                                float* weight_operand = nullptr);
+
 // Llama's gate | up (sibling layers of width F each, stacked weight gate then up) backward
 // from the gradient of SwiGLU's output, dact [N, F], with SwiGLU's backward (kernels/swiglu.h,
 // over gate and up [N, F]) done as the output gradients are rounded into the AMX tiles, so that

@@ -49,6 +49,10 @@ void swiglu_backward(float* dgate, float* dup, const float* dout, const float* g
   FORGE_SIMD_DISPATCH(swiglu_backward(dgate, dup, dout, gate, up, n));
 }
 
+void swiglu_forward_serial(float* out, const float* gate, const float* up, size_t n) {
+  FORGE_SIMD_DISPATCH(swiglu_forward_serial(out, gate, up, n));
+}
+
 void swiglu_backward_serial(float* dgate, float* dup, const float* dout, const float* gate,
                             const float* up, size_t n) {
   FORGE_SIMD_DISPATCH(swiglu_backward_serial(dgate, dup, dout, gate, up, n));

@@ -22,7 +22,10 @@ namespace cpu {
 void swiglu_forward(float* out, const float* gate, const float* up, size_t n);
 void swiglu_backward(float* dgate, float* dup, const float* dout, const float* gate,
                      const float* up, size_t n);
-// The same on the calling thread (for a fused op's parallel loop): the same bits.
+// The same on the calling thread (for a fused op's parallel loop): the same bits for a run
+// that starts a multiple of 16 values into the arrays the parallel kernels take and ends at a
+// multiple of 16 or at their end (values past a run's last whole vector take a scalar path).
+void swiglu_forward_serial(float* out, const float* gate, const float* up, size_t n);
 void swiglu_backward_serial(float* dgate, float* dup, const float* dout, const float* gate,
                             const float* up, size_t n);
 }  // namespace cpu

@@ -230,8 +230,14 @@ float Llama::forward(const int32_t* tokens, const int32_t* targets, int B, int T
     nx_.rmsnorm_forward(a.ln2, a.ln2_rstd, a.res1, w.ln2_w, N, C, eps);
     nx_.linear_forward_siblings({a.gate, a.up}, a.ln2_saved, a.ln2, {w.gate_w, w.up_w}, {F, F}, N,
                                 C);
-    nx_.swiglu_forward(a.act, a.gate, a.up, NF);
-    nx_.linear_forward(branch_, a.down_saved, a.act, w.down_w, nullptr, N, F, C);
+    // A profile may fuse SwiGLU into the down projection's input and skip writing act, which
+    // a recorder then would not get: with one, they run apart.
+    if (recording()) {
+      nx_.swiglu_forward(a.act, a.gate, a.up, NF);
+      nx_.linear_forward(branch_, a.down_saved, a.act, w.down_w, nullptr, N, F, C);
+    } else {
+      nx_.swiglu_linear_forward(branch_, a.down_saved, a.act, a.gate, a.up, w.down_w, N, F, C);
+    }
     record(pfx, "res_1", a.res1, {B, T, C});
     record(pfx, "post_attention_layernorm", a.ln2, {B, T, C});
     record(pfx, "mlp.gate_proj", a.gate, {B, T, F});

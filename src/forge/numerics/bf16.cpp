@@ -182,6 +182,19 @@ class Bf16Numerics final : public Numerics {
     return true;
   }
 
+  // With bf16 dot products SwiGLU's output goes straight into the down projection's bf16
+  // input operand, which forward keeps for backward anyway (kernels/bf16_gemm.h).
+  bool fuses_swiglu_linear_forward(int, int, int) const override {
+    return k::native_bf16_available();
+  }
+  void swiglu_linear_forward(float* out, float* saved, float* act, const float* gate,
+                             const float* up, const float* weight, int N, int F, int OC) override {
+    if (!fuses_swiglu_linear_forward(N, F, OC) || !saved)
+      return Numerics::swiglu_linear_forward(out, saved, act, gate, up, weight, N, F, OC);
+    k::bf16_swiglu_linear_forward(out, saved, gate, up, weight, N, F, OC, scratch_for(N, F, OC),
+                                  weight_slot(weight, F, OC, true));
+  }
+
   // On forge's AMX kernel, with gate's and up's weights (and gradients) back to back as one
   // stacked layer, SwiGLU's backward runs inside the rounding of the output gradients into the
   // tiles (kernels/bf16_gemm.h).

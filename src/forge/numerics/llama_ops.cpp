@@ -69,6 +69,12 @@ void Numerics::linear_backward_siblings(float* dinp, float* scratch,
   }
 }
 
+void Numerics::swiglu_linear_forward(float* out, float* saved, float* act, const float* gate,
+                                     const float* up, const float* weight, int N, int F, int OC) {
+  swiglu_forward(act, gate, up, static_cast<size_t>(N) * F);
+  linear_forward(out, saved, act, weight, nullptr, N, F, OC);
+}
+
 void Numerics::swiglu_linear_backward(float* dinp, float* scratch, float* dgate, float* dup,
                                       float* dgate_w, float* dup_w, const float* dact,
                                       const float* gate, const float* up, const float* inp,

@@ -161,6 +161,18 @@ class Numerics {
                                         const float* saved, std::initializer_list<int> widths,
                                         int N, int IC);
 
+  // Llama's down projection of SwiGLU's output: act = swiglu_forward(gate, up) [N, F], then
+  // linear_forward(out, saved, act, weight, no bias, N, F, OC); the default does exactly that.
+  // A profile that fuses the two (fuses_swiglu_linear_forward) gives the same out and saved and
+  // may leave act unwritten: its linear_backward reads saved, not the input. A caller that
+  // reads act (a dump) calls the two ops itself.
+  virtual void swiglu_linear_forward(float* out, float* saved, float* act, const float* gate,
+                                     const float* up, const float* weight, int N, int F, int OC);
+  // Whether it runs fused for a layer of that shape.
+  virtual bool fuses_swiglu_linear_forward(int N, int F, int OC) const {
+    (void)N, (void)F, (void)OC;
+    return false;
+  }
   // Llama's gate | up backward from the gradient of SwiGLU's output dact [N, F]: dgate, dup =
   // swiglu_backward(dact, gate, up), then linear_backward_siblings of gate and up (widths F,
   // F) with them; the default does exactly that. A profile that fuses the two

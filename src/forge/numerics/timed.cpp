@@ -72,7 +72,14 @@ void TimedNumerics::linear_gelu_forward(float* out, float* act, float* saved, co
   timed("linear + gelu fwd",
         [&] { inner_->linear_gelu_forward(out, act, saved, inp, w, b, N, IC, OC); });
 }
-// Likewise: fused, one op; else the default's SwiGLU and linear, each timed as itself.
+// Likewise for SwiGLU and the linear layer after it (forward) or before it (backward).
+void TimedNumerics::swiglu_linear_forward(float* out, float* saved, float* act, const float* gate,
+                                          const float* up, const float* w, int N, int F, int OC) {
+  if (!inner_->fuses_swiglu_linear_forward(N, F, OC))
+    return Numerics::swiglu_linear_forward(out, saved, act, gate, up, w, N, F, OC);
+  timed("swiglu + linear fwd",
+        [&] { inner_->swiglu_linear_forward(out, saved, act, gate, up, w, N, F, OC); });
+}
 void TimedNumerics::swiglu_linear_backward(float* dinp, float* scratch, float* dgate, float* dup,
                                            float* dgate_w, float* dup_w, const float* dact,
                                            const float* gate, const float* up, const float* inp,

@@ -65,6 +65,11 @@ class TimedNumerics final : public Numerics {
   bool fuses_linear_gelu_forward(int N, int IC, int OC) const override {
     return inner_->fuses_linear_gelu_forward(N, IC, OC);
   }
+  void swiglu_linear_forward(float* out, float* saved, float* act, const float* gate,
+                             const float* up, const float* weight, int N, int F, int OC) override;
+  bool fuses_swiglu_linear_forward(int N, int F, int OC) const override {
+    return inner_->fuses_swiglu_linear_forward(N, F, OC);
+  }
   void swiglu_linear_backward(float* dinp, float* scratch, float* dgate, float* dup, float* dgate_w,
                               float* dup_w, const float* dact, const float* gate, const float* up,
                               const float* inp, const float* gate_w, const float* up_w,
