@@ -308,6 +308,56 @@ TEST(AmxGemm, SiblingPartsMatchTheStackedLayerBitForBit) {
   }
 }
 
+// c_fc's backward with GELU's backward done as its output gradient is rounded into the tiles
+// and summed into the bias gradient: the bits of gelu_backward and then the linear backward,
+// with and without a bias and dinp, on teams of 1 and 3 threads. OC = 160 ends in a chunk of
+// 32 columns (the sums take 64 at a time).
+TEST(AmxGemm, GeluInTheGradientRoundingMatchesTheTwoKernelsBitForBit) {
+  if (!cpu::amx_linear_available()) GTEST_SKIP() << "forge's AMX kernels do not run here";
+  const int N = 96, IC = 64, OC = 160;
+  const size_t NO = size_t(N) * OC;
+  // pre spread into GELU's tails, where its gradient is 0 or 1.
+  const Floats x = random_floats(size_t(N) * IC, 80), w = random_floats(size_t(OC) * IC, 81, 0.1f),
+               pre = random_floats(NO, 82, 3.0f), dact = random_floats(NO, 83);
+  const int saved_threads = omp_get_max_threads();
+  for (int threads : {1, 3})
+    for (bool with_bias : {false, true})
+      for (bool with_dinp : {false, true}) {
+        SCOPED_TRACE(testing::Message()
+                     << threads << " threads, bias " << with_bias << ", dinp " << with_dinp);
+        omp_set_num_threads(threads);
+        Floats scratch(cpu::bf16_linear_scratch_floats(N, IC, OC),
+                       std::numeric_limits<float>::quiet_NaN());
+        Floats saved(cpu::bf16_linear_saved_floats(N, IC, OC)),
+            operand(cpu::bf16_operand_floats(size_t(OC) * IC)), out(NO);
+        cpu::bf16_linear_forward(out.data(), saved.data(), x.data(), w.data(), nullptr, N, IC, OC,
+                                 scratch.data(), false, operand.data());
+        Floats dout(NO), want_dx(size_t(N) * IC, 7.0f), want_dw(w.size(), 7.0f), want_db(OC, 7.0f);
+        cpu::gelu_backward(dout.data(), pre.data(), dact.data(), NO);
+        cpu::bf16_linear_backward(with_dinp ? want_dx.data() : nullptr, want_dw.data(),
+                                  with_bias ? want_db.data() : nullptr, dout.data(), x.data(),
+                                  w.data(), saved.data(), N, IC, OC, scratch.data(),
+                                  operand.data());
+        Floats dx(want_dx.size(), 7.0f), dw(want_dw.size(), 5.0f), db(OC, 7.0f);
+        cpu::bf16_gelu_linear_backward(with_dinp ? dx.data() : nullptr, dw.data(),
+                                       with_bias ? db.data() : nullptr, dact.data(), pre.data(),
+                                       x.data(), w.data(), saved.data(), N, IC, OC, scratch.data(),
+                                       operand.data());
+        EXPECT_EQ(std::memcmp(dx.data(), want_dx.data(), dx.size() * sizeof(float)), 0);
+        EXPECT_EQ(std::memcmp(dw.data(), want_dw.data(), dw.size() * sizeof(float)), 0);
+        EXPECT_EQ(std::memcmp(db.data(), want_db.data(), db.size() * sizeof(float)), 0);
+        if (with_bias) {  // and in bias_gradient's order, from the unrounded gradient
+          Floats sums(OC);
+          cpu::bias_gradient(sums.data(), dout.data(), N, OC);
+          EXPECT_EQ(db, sums);
+        }
+      }
+  omp_set_num_threads(saved_threads);
+  EXPECT_THROW(cpu::bf16_gelu_linear_backward(nullptr, nullptr, nullptr, dact.data(), pre.data(),
+                                              x.data(), w.data(), nullptr, N, IC, OC - 16, nullptr),
+               forge::Error);
+}
+
 // The down projection with SwiGLU rounded straight into its input operand: out and the saved
 // operand carry the bits of swiglu_forward and then the linear forward, and backward from that
 // saved state never reads the (unwritten) fp32 input. Shapes on the AMX kernel and off it

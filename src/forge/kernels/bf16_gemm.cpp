@@ -19,6 +19,7 @@
 #include "forge/kernels/cpu/amx.h"
 #include "forge/kernels/cpu/amx_gemm.h"
 #include "forge/kernels/cpu/dispatch.h"
+#include "forge/kernels/cpu/prefetch.h"
 #include "forge/kernels/cpu/thread_share.h"
 #include "forge/kernels/gelu.h"
 #include "forge/kernels/gemm.h"
@@ -510,6 +511,12 @@ struct GradientParts {
   std::span<const int> widths;
 };
 
+// The output gradient of GPT-2's c_fc, not yet computed: GELU's backward of dact [N, OC] at
+// c_fc's output pre [N, OC] (kernels/gelu.h) gives it.
+struct GeluGradient {
+  const float *dact, *pre;
+};
+
 // The output gradients of Llama's gate | up, not yet computed: SwiGLU's backward of dact [N,
 // F] at gate and up [N, F] (kernels/swiglu.h) gives them, dgate the first F columns.
 struct SwigluGradient {
@@ -599,6 +606,29 @@ struct NativeBf16 {
         row_to_tiles(g, dout.data[i] + static_cast<size_t>(n) * width, n, o, o + width, OC);
         o += width;
       }
+    }
+  }
+  // g from GELU's backward, kColumnChunk columns of a row at a time into a buffer in L1 and
+  // from there into the tiles and (when dbias is not null) the bias gradient's column sums:
+  // dout is never written out in fp32, nor read back. Requires amx_backward(N, IC, OC).
+  static void convert_gradient(Operand* g, Operand* /*gt*/, float* dbias, const GeluGradient& d,
+                               int N, int /*IC*/, int OC) {
+    const auto row_values = [&](int n, int o0, int o1, float* buf) -> const float* {
+      const size_t at = static_cast<size_t>(n) * OC + o0;
+      prefetch_rows_ahead(n, N, OC, o0, o1, d.pre, d.dact);
+      gelu_backward_serial(buf, d.pre + at, d.dact + at, static_cast<size_t>(o1 - o0));
+      row_to_tiles(g, buf, n, o0, o1, OC);
+      return buf;
+    };
+    if (dbias) {
+      column_sums_of(dbias, N, OC, row_values);
+      return;
+    }
+#pragma omp parallel for schedule(static)
+    for (int n = 0; n < N; ++n) {
+      alignas(64) float buf[kColumnChunk];
+      for (int o = 0; o < OC; o += kColumnChunk)
+        row_values(n, o, std::min(OC, o + kColumnChunk), buf);
     }
   }
   // g from SwiGLU's backward, a row's run of columns at a time into a buffer in L1 and from
@@ -889,6 +919,16 @@ void bf16_linear_backward_parts(float* dinp, float* dweight, std::span<const flo
               "bf16_linear_backward_parts: {} x {} x {} not on the AMX kernel", N, IC, OC);
   backward_on<NativeBf16>(dinp, dweight, nullptr, GradientParts{douts, widths}, inp, weight, saved,
                           N, IC, OC, scratch, weight_operand);
+}
+
+void bf16_gelu_linear_backward(float* dinp, float* dweight, float* dbias, const float* dact,
+                               const float* pre, const float* inp, const float* weight,
+                               const float* saved, int N, int IC, int OC, float* scratch,
+                               const float* weight_operand) {
+  FORGE_CHECK(amx_linear_backward_runs(N, IC, OC),
+              "bf16_gelu_linear_backward: {} x {} x {} not on the AMX kernel", N, IC, OC);
+  backward_on<NativeBf16>(dinp, dweight, dbias, GeluGradient{dact, pre}, inp, weight, saved, N, IC,
+                          OC, scratch, weight_operand);
 }
 
 void bf16_swiglu_linear_forward(float* out, float* saved, const float* gate, const float* up,

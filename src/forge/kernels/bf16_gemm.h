@@ -149,6 +149,17 @@ void bf16_linear_backward_parts(float* dinp, float* dweight, std::span<const flo
                                 const float* saved, int N, int IC, float* scratch,
                                 const float* weight_operand = nullptr);
 
+// GPT-2's c_fc backward from the gradient of its GELU's output, dact [N, OC], with GELU's
+// backward (kernels/gelu.h, at c_fc's output pre [N, OC]) done as the output gradient is
+// rounded into the AMX tiles and summed into dbias, so that it never goes to memory in fp32:
+// dinp, dweight and dbias as bf16_linear_backward gives them from cpu::gelu_backward's
+// gradient, bit for bit. Scratch, saved and weight_operand as above. Requires
+// amx_linear_backward_runs(N, IC, OC).
+void bf16_gelu_linear_backward(float* dinp, float* dweight, float* dbias, const float* dact,
+                               const float* pre, const float* inp, const float* weight,
+                               const float* saved, int N, int IC, int OC, float* scratch,
+                               const float* weight_operand = nullptr);
+
 // Llama's down projection after SwiGLU: out [N, OC] = swiglu(gate, up) W^T (no bias), gate and
 // up [N, F], with SwiGLU's output (kernels/swiglu.h) rounded into the product's input operand
 // in saved as it is made, never written out in fp32: out and saved as swiglu_forward and then

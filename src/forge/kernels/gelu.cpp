@@ -60,6 +60,10 @@ void gelu_forward_serial(float* out, const float* inp, size_t n) {
   FORGE_SIMD_DISPATCH(gelu_forward_serial(out, inp, n));
 }
 
+void gelu_backward_serial(float* dinp, const float* inp, const float* dout, size_t n) {
+  FORGE_SIMD_DISPATCH(gelu_backward_serial(dinp, inp, dout, n));
+}
+
 }  // namespace cpu
 
 }  // namespace forge::kernels

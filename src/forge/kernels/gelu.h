@@ -21,6 +21,9 @@ void gelu_backward(float* dinp, const float* inp, const float* dout, size_t n);
 // gelu_forward on the calling thread alone, for a run of values inside another kernel's team
 // (a GEMM's epilogue). A value's bits are gelu_forward's when n is a multiple of 16.
 void gelu_forward_serial(float* out, const float* inp, size_t n);
+// gelu_backward likewise (a backward's gradient rounding): gelu_backward's bits for a run
+// that starts a multiple of 16 values into its arrays and holds a multiple of 16.
+void gelu_backward_serial(float* dinp, const float* inp, const float* dout, size_t n);
 }  // namespace cpu
 
 }  // namespace forge::kernels

@@ -182,6 +182,22 @@ class Bf16Numerics final : public Numerics {
     return true;
   }
 
+  // On forge's AMX kernel GELU's backward runs inside the rounding of c_fc's output gradient
+  // into the tiles and its bias gradient's sums (kernels/bf16_gemm.h).
+  bool fuses_gelu_linear_backward(int N, int IC, int OC) const override {
+    return k::amx_linear_backward_runs(N, IC, OC);
+  }
+  void gelu_linear_backward(float* dinp, float* dweight, float* dbias, float* dout,
+                            const float* dact, const float* out, const float* inp,
+                            const float* weight, const float* saved, int N, int IC,
+                            int OC) override {
+    if (!fuses_gelu_linear_backward(N, IC, OC))
+      return Numerics::gelu_linear_backward(dinp, dweight, dbias, dout, dact, out, inp, weight,
+                                            saved, N, IC, OC);
+    k::bf16_gelu_linear_backward(dinp, dweight, dbias, dact, out, inp, weight, saved, N, IC, OC,
+                                 scratch_for(N, IC, OC), weight_slot(weight, IC, OC, false));
+  }
+
   // With bf16 dot products SwiGLU's output goes straight into the down projection's bf16
   // input operand, which forward keeps for backward anyway (kernels/bf16_gemm.h).
   bool fuses_swiglu_linear_forward(int, int, int) const override {

@@ -85,6 +85,14 @@ void Numerics::swiglu_linear_backward(float* dinp, float* scratch, float* dgate,
                            saved, {F, F}, N, IC);
 }
 
+void Numerics::gelu_linear_backward(float* dinp, float* dweight, float* dbias, float* dout,
+                                    const float* dact, const float* out, const float* inp,
+                                    const float* weight, const float* saved, int N, int IC,
+                                    int OC) {
+  gelu_backward(dout, out, dact, static_cast<size_t>(N) * OC);
+  linear_backward(dinp, dweight, dbias, dout, inp, weight, saved, N, IC, OC);
+}
+
 void Numerics::linear_gelu_forward(float* out, float* act, float* saved, const float* inp,
                                    const float* weight, const float* bias, int N, int IC, int OC) {
   linear_forward(out, saved, inp, weight, bias, N, IC, OC);

@@ -141,6 +141,19 @@ class Numerics {
     return false;
   }
 
+  // c_fc's backward from the gradient of its GELU's output: dout = gelu_backward(out, dact)
+  // [N, OC] (out: c_fc's forward output), then linear_backward with it; the default does
+  // exactly that. A profile that fuses the two (fuses_gelu_linear_backward) gives the same
+  // dinp, dweight and dbias and may leave dout unwritten: a caller that reads it (a dump)
+  // calls the two ops itself.
+  virtual void gelu_linear_backward(float* dinp, float* dweight, float* dbias, float* dout,
+                                    const float* dact, const float* out, const float* inp,
+                                    const float* weight, const float* saved, int N, int IC, int OC);
+  virtual bool fuses_gelu_linear_backward(int N, int IC, int OC) const {
+    (void)N, (void)IC, (void)OC;
+    return false;
+  }
+
   // --- sibling linear layers: bias-free layers reading the same inp (Llama's q, k, v of one
   // norm's output; gate and up of the other), outs[i][N, widths[i]] = inp weights[i]^T ------
   // With stacked_product_room() (below), one layer of the stacked weight where the weights

@@ -72,6 +72,17 @@ void TimedNumerics::linear_gelu_forward(float* out, float* act, float* saved, co
   timed("linear + gelu fwd",
         [&] { inner_->linear_gelu_forward(out, act, saved, inp, w, b, N, IC, OC); });
 }
+// Likewise for GELU's backward and c_fc's.
+void TimedNumerics::gelu_linear_backward(float* dinp, float* dw, float* db, float* dout,
+                                         const float* dact, const float* out, const float* inp,
+                                         const float* w, const float* saved, int N, int IC,
+                                         int OC) {
+  if (!inner_->fuses_gelu_linear_backward(N, IC, OC))
+    return Numerics::gelu_linear_backward(dinp, dw, db, dout, dact, out, inp, w, saved, N, IC, OC);
+  timed("gelu + linear bwd", [&] {
+    inner_->gelu_linear_backward(dinp, dw, db, dout, dact, out, inp, w, saved, N, IC, OC);
+  });
+}
 // Likewise for SwiGLU and the linear layer after it (forward) or before it (backward).
 void TimedNumerics::swiglu_linear_forward(float* out, float* saved, float* act, const float* gate,
                                           const float* up, const float* w, int N, int F, int OC) {

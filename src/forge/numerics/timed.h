@@ -65,6 +65,13 @@ class TimedNumerics final : public Numerics {
   bool fuses_linear_gelu_forward(int N, int IC, int OC) const override {
     return inner_->fuses_linear_gelu_forward(N, IC, OC);
   }
+  void gelu_linear_backward(float* dinp, float* dweight, float* dbias, float* dout,
+                            const float* dact, const float* out, const float* inp,
+                            const float* weight, const float* saved, int N, int IC,
+                            int OC) override;
+  bool fuses_gelu_linear_backward(int N, int IC, int OC) const override {
+    return inner_->fuses_gelu_linear_backward(N, IC, OC);
+  }
   void swiglu_linear_forward(float* out, float* saved, float* act, const float* gate,
                              const float* up, const float* weight, int N, int F, int OC) override;
   bool fuses_swiglu_linear_forward(int N, int F, int OC) const override {
