@@ -501,10 +501,6 @@ void amx_pack_weight(float* forward, float* backward, uint16_t* rows, const floa
   }
 }
 
-}  // namespace
-
-namespace {
-
 // Sibling layers' output gradients side by side: part i [N, widths[i]] at data[i].
 struct GradientParts {
   std::span<const float* const> data;
@@ -937,7 +933,8 @@ void bf16_swiglu_linear_forward(float* out, float* saved, const float* gate, con
   FORGE_CHECK(native_bf16_available() && saved,
               "bf16_swiglu_linear_forward: needs bf16 dot products and saved state");
   // SwiGLU a block at a time into a buffer in L1, rounded from there into the product's
-  // input operand, which forward keeps in saved: blocks as swiglu_forward takes them.
+  // input operand, which forward keeps in saved. Blocks start at multiples of 16 values, so
+  // every value but the array's last n % 16 takes the vector path, as in swiglu_forward.
   constexpr size_t kBlock = 4096;
   auto* x = reinterpret_cast<uint16_t*>(saved);
   const size_t n = static_cast<size_t>(N) * F;

@@ -2,8 +2,9 @@
 // kernels/{rmsnorm,rope,swiglu,gqa_attention}.h, and the sibling linear layers (stacked where
 // the profile gives room, else one by one). Every profile inherits them until it overrides an
 // op with its own arithmetic (torch-cpu's bit-for-bit replica, bf16, CUDA). Also the fused
-// ops' defaults, each the profile's own ops one after the other (linear then GELU; a norm's
-// backward then the residual's add).
+// ops' defaults, each the profile's own ops one after the other (linear then GELU; GELU's or
+// SwiGLU's backward then the linear layers'; SwiGLU then the linear layer; a norm's backward
+// then the residual's add).
 #include "forge/core/error.h"
 #include "forge/kernels/gqa_attention.h"
 #include "forge/kernels/rmsnorm.h"

@@ -181,7 +181,8 @@ class Numerics {
   // reads act (a dump) calls the two ops itself.
   virtual void swiglu_linear_forward(float* out, float* saved, float* act, const float* gate,
                                      const float* up, const float* weight, int N, int F, int OC);
-  // Whether it runs fused for a layer of that shape.
+  // Whether it runs fused for a layer of that shape given saved state (the models always give
+  // it).
   virtual bool fuses_swiglu_linear_forward(int N, int F, int OC) const {
     (void)N, (void)F, (void)OC;
     return false;
