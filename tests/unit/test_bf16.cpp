@@ -362,7 +362,7 @@ TEST(AmxGemm, GeluInTheGradientRoundingMatchesTheTwoKernelsBitForBit) {
 // operand carry the bits of swiglu_forward and then the linear forward, and backward from that
 // saved state never reads the (unwritten) fp32 input. Shapes on the AMX kernel and off it
 // (oneDNN), with N F past one 4096-value block and not a multiple of 16 (a scalar tail).
-TEST(Bf16, SwigluIntoTheDownProjectionMatchesTheTwoKernelsBitForBit) {
+TEST(Bf16, NativeSwigluIntoTheDownProjectionMatchesTheTwoKernelsBitForBit) {
   if (!cpu::native_bf16_available()) GTEST_SKIP() << "no bf16 dot products on this CPU";
   int seed = 90;
   for (auto [N, F, OC] :
