@@ -496,7 +496,7 @@ void amx_pack_weight(float* forward, float* backward, uint16_t* rows, const floa
   for (int slab = 0; slab < OC / 32; ++slab) {
     const size_t at = static_cast<size_t>(slab) * 32 * IC;
     to_bf16_serial(rows + at, w + at, static_cast<size_t>(32) * IC);
-    if (forward) amx_pack_b_transposed_slab(forward, rows, IC, IC, OC, slab);
+    if (forward) amx_pack_b_transposed_slab(forward, rows, IC, IC, slab);
     if (backward) amx_pack_b_slab(backward, rows, IC, OC, IC, slab);
   }
 }

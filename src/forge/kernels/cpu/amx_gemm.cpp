@@ -116,7 +116,7 @@ void pack_a_transposing(uint16_t* out, int mb, int k_tiles, size_t ld, Block blo
 
 }  // namespace
 
-void amx_pack_b_transposed_slab(float* packed, const uint16_t* bt, int ld, int K, int N, int slab) {
+void amx_pack_b_transposed_slab(float* packed, const uint16_t* bt, int ld, int K, int slab) {
   const int k_tiles = K / 32, ld_words = ld / 2;
   const auto* w = reinterpret_cast<const uint32_t*>(bt);  // a row's K pairs as words
   auto* out = reinterpret_cast<uint32_t*>(packed);
@@ -125,7 +125,6 @@ void amx_pack_b_transposed_slab(float* packed, const uint16_t* bt, int ld, int K
   const __m512i rows =
       _mm512_mullo_epi32(_mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0),
                          _mm512_set1_epi32(ld_words));
-  (void)N;
   for (int nb = 2 * slab; nb < 2 * slab + 2; ++nb)
     for (int kb = 0; kb < k_tiles; ++kb) {
       const uint32_t* block = w + static_cast<size_t>(16 * nb) * ld_words + 16 * kb;
@@ -140,7 +139,7 @@ void amx_pack_b_transposed(float* packed, const uint16_t* bt, int ld, int K, int
   FORGE_CHECK(amx_operand_fits(N, K), "amx_pack_b_transposed: {} x {} is not whole tiles", K, N);
   FORGE_CHECK(ld % 2 == 0, "amx_pack_b_transposed: odd row stride {}", ld);
 #pragma omp parallel for schedule(static)
-  for (int slab = 0; slab < N / 32; ++slab) amx_pack_b_transposed_slab(packed, bt, ld, K, N, slab);
+  for (int slab = 0; slab < N / 32; ++slab) amx_pack_b_transposed_slab(packed, bt, ld, K, slab);
 }
 
 void amx_pack_b_slab(float* packed, const uint16_t* b, int ld, int K, int N, int slab) {

@@ -38,8 +38,9 @@ void amx_pack_b_transposed(float* packed, const uint16_t* bt, int ld, int K, int
 void amx_pack_b(float* packed, const uint16_t* b, int ld, int K, int N);
 // The same two packings, one slab of 32 of bt's rows (N rows) or of b's rows (K rows) at a
 // time, on the calling thread: rows [32 slab, 32 slab + 32) of the source, which is all the
-// slab reads. Whole tiles and an even ld, as above (unchecked).
-void amx_pack_b_transposed_slab(float* packed, const uint16_t* bt, int ld, int K, int N, int slab);
+// slab reads (a slab of bt's rows is its own 32 columns of B, whatever N). Whole tiles and an
+// even ld, as above (unchecked).
+void amx_pack_b_transposed_slab(float* packed, const uint16_t* bt, int ld, int K, int slab);
 void amx_pack_b_slab(float* packed, const uint16_t* b, int ld, int K, int N, int slab);
 
 // How amx_gemm finds A: kRows, A[m, k] = data[m * ld + k]; kColumns, A[m, k] = data[k * ld + m];
