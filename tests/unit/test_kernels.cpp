@@ -8,6 +8,7 @@
 #include <array>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <functional>
 #include <random>
 #include <string>
@@ -671,6 +672,33 @@ TEST(Kernels, AdamWClippingChangesTheUpdate) {
   hp.max_grad_norm = 0.0;
   cpu::optimizer_step(&r2, 1, hp);
   EXPECT_GT(rel_l2(p1, widen(p2)), 1e-4);
+}
+
+// The global gradient norm shares the tensors out among the threads, each tensor's sum in
+// torch's order on one thread: the same bits on any team, those of the per-tensor norms taken
+// one after the other, and near the float64 norm.
+TEST(Kernels, GlobalGradNormIsTheSameOnAnyTeam) {
+  const std::vector<size_t> sizes = {37, 70001, 1, 4099, 13, 65536, 3, 100003};
+  std::vector<Floats> grads;
+  std::vector<forge::ParamRef> refs;
+  double sum64 = 0;
+  for (size_t t = 0; t < sizes.size(); ++t) {
+    grads.push_back(random_floats(sizes[t], 300 + t, 0.01f * (t + 1)));
+    for (float g : grads.back()) sum64 += double(g) * g;
+  }
+  for (size_t t = 0; t < sizes.size(); ++t)
+    refs.push_back({nullptr, grads[t].data(), nullptr, nullptr, sizes[t], false});
+  const int count = static_cast<int>(refs.size());
+  const int saved_threads = omp_get_max_threads();
+  omp_set_num_threads(1);
+  const float one = forge::kernels::global_grad_norm(refs.data(), count);
+  for (int threads : {2, 3}) {
+    omp_set_num_threads(threads);
+    const float norm = forge::kernels::global_grad_norm(refs.data(), count);
+    EXPECT_EQ(std::memcmp(&norm, &one, sizeof(float)), 0) << threads << " threads";
+  }
+  omp_set_num_threads(saved_threads);
+  EXPECT_NEAR(one, std::sqrt(sum64), 1e-5 * std::sqrt(sum64));
 }
 
 // --- the profile ---------------------------------------------------------------------

@@ -43,6 +43,10 @@ float global_grad_norm(const ParamRef* params, int count) {
     fail("optimizer: {} parameter tensors, the global gradient norm handles at most {}", count,
          kMaxTensors);
   float norms[kMaxTensors];
+  // Each tensor's sum is one thread's, in torch's order: the threads share out whole tensors
+  // (one pass over a gradient is latency-bound on its single accumulator chain), and the bits
+  // do not depend on which thread sums which.
+#pragma omp parallel for schedule(dynamic, 1) if (count > 1)
   for (int t = 0; t < count; ++t)
     norms[t] = tcpu::norm2(params[t].grad, static_cast<int64_t>(params[t].numel));
   return tcpu::norm2(norms, count);
