@@ -19,6 +19,7 @@
 #include "forge/kernels/cpu/amx.h"
 #include "forge/kernels/cpu/amx_gemm.h"
 #include "forge/kernels/cpu/dispatch.h"
+#include "forge/kernels/elementwise.h"
 #include "forge/kernels/gelu.h"
 #include "forge/kernels/linear.h"
 #include "forge/kernels/swiglu.h"
@@ -358,10 +359,57 @@ TEST(AmxGemm, GeluInTheGradientRoundingMatchesTheTwoKernelsBitForBit) {
                forge::Error);
 }
 
+// The residual's add after a block's last linear layer: the bits of bf16_linear_forward and
+// then add, with and without a bias, on shapes of whole tiles (on a CPU with AMX the add runs
+// in the product's epilogue; 576 output columns at K = 1024 take two passes over A) and off
+// them, on 1 and 3 threads (a team that splits the rows unevenly), into an output that starts
+// as NaN. Both bf16 paths (this file also runs with FORGE_BF16_NATIVE=0).
+TEST(Bf16, ResidualAddedToTheProductMatchesTheTwoKernelsBitForBit) {
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  int seed = 200;
+  for (auto [N, IC, OC] :
+       {std::tuple{96, 1024, 576}, std::tuple{64, 160, 64}, std::tuple{37, 45, 29}})
+    for (bool with_bias : {false, true})
+      for (int threads : {1, 3}) {
+        SCOPED_TRACE(testing::Message() << "N=" << N << " IC=" << IC << " OC=" << OC
+                                        << " bias=" << with_bias << " threads=" << threads);
+        const int saved_threads = omp_get_max_threads();
+        omp_set_num_threads(threads);
+        const Floats x = random_floats(size_t(N) * IC, seed++),
+                     w = random_floats(size_t(OC) * IC, seed++), b = random_floats(OC, seed++),
+                     residual = random_floats(size_t(N) * OC, seed++, 3.0f);
+        const float* bias = with_bias ? b.data() : nullptr;
+        Floats scratch(cpu::bf16_linear_scratch_floats(N, IC, OC), 0.0f);
+        Floats saved(cpu::bf16_linear_saved_floats(N, IC, OC), 0.0f);
+        Floats product(size_t(N) * OC), want(product.size());
+        cpu::bf16_linear_forward(product.data(), saved.data(), x.data(), w.data(), bias, N, IC, OC,
+                                 scratch.data());
+        cpu::add(want.data(), residual.data(), product.data(), want.size());
+        Floats out(want.size(), nan), saved2(saved.size(), nan), scratch2(scratch.size(), nan);
+        cpu::bf16_linear_residual_forward(out.data(), saved2.data(), x.data(), residual.data(),
+                                          w.data(), bias, N, IC, OC, scratch2.data());
+        omp_set_num_threads(saved_threads);
+        EXPECT_EQ(std::memcmp(out.data(), want.data(), out.size() * sizeof(float)), 0);
+        const size_t operand_bytes =
+            size_t(N) * IC * (cpu::native_bf16_available() ? sizeof(uint16_t) : sizeof(float));
+        EXPECT_EQ(std::memcmp(saved2.data(), saved.data(), operand_bytes), 0);
+        EXPECT_GT(rel_l2(out, widen(product)), 0.05);  // not vacuous: the residual is in it
+      }
+  Floats a(32 * 32, 1.0f);
+  Floats scratch(cpu::bf16_linear_scratch_floats(32, 32, 32));
+  EXPECT_THROW(cpu::bf16_linear_residual_forward(a.data(), nullptr, a.data(), a.data(), a.data(),
+                                                 nullptr, 32, 32, 32, scratch.data()),
+               forge::Error);  // the residual is the output
+  EXPECT_THROW(cpu::bf16_linear_residual_forward(a.data(), nullptr, a.data(), nullptr, a.data(),
+                                                 nullptr, 32, 32, 32, scratch.data()),
+               forge::Error);  // no residual
+}
+
 // The down projection with SwiGLU rounded straight into its input operand: out and the saved
 // operand carry the bits of swiglu_forward and then the linear forward, and backward from that
 // saved state never reads the (unwritten) fp32 input. Shapes on the AMX kernel and off it
-// (oneDNN), with N F past one 4096-value block and not a multiple of 16 (a scalar tail).
+// (oneDNN), with N F past one 4096-value block and not a multiple of 16 (a scalar tail); and
+// with the residual stream's update added, the bits of add after it.
 TEST(Bf16, NativeSwigluIntoTheDownProjectionMatchesTheTwoKernelsBitForBit) {
   if (!cpu::native_bf16_available()) GTEST_SKIP() << "no bf16 dot products on this CPU";
   int seed = 90;
@@ -391,6 +439,14 @@ TEST(Bf16, NativeSwigluIntoTheDownProjectionMatchesTheTwoKernelsBitForBit) {
                               w.data(), saved2.data(), N, F, OC, scratch.data());
     EXPECT_EQ(std::memcmp(dx2.data(), dx.data(), dx.size() * sizeof(float)), 0);
     EXPECT_EQ(std::memcmp(dw2.data(), dw.data(), dw.size() * sizeof(float)), 0);
+    // With the residual stream's update: out + residual, as add gives it.
+    const Floats residual = random_floats(out.size(), seed++, 3.0f);
+    Floats want(out.size()), out3(out.size(), 5.0f), saved3(saved.size(), 5.0f);
+    cpu::add(want.data(), residual.data(), out.data(), want.size());
+    cpu::bf16_swiglu_linear_forward(out3.data(), saved3.data(), gate.data(), up.data(), w.data(), N,
+                                    F, OC, scratch.data(), nullptr, residual.data());
+    EXPECT_EQ(std::memcmp(out3.data(), want.data(), want.size() * sizeof(float)), 0);
+    EXPECT_EQ(std::memcmp(saved3.data(), saved.data(), NF * sizeof(uint16_t)), 0);
   }
   EXPECT_THROW(cpu::bf16_swiglu_linear_forward(nullptr, nullptr, nullptr, nullptr, nullptr, 32, 32,
                                                32, nullptr),

@@ -21,6 +21,7 @@
 #include "forge/kernels/cpu/dispatch.h"
 #include "forge/kernels/cpu/prefetch.h"
 #include "forge/kernels/cpu/thread_share.h"
+#include "forge/kernels/elementwise.h"
 #include "forge/kernels/gelu.h"
 #include "forge/kernels/gemm.h"
 #include "forge/kernels/linear.h"
@@ -927,9 +928,71 @@ void bf16_gelu_linear_backward(float* dinp, float* dweight, float* dbias, const 
                           OC, scratch, weight_operand);
 }
 
+namespace {
+
+// out = residual + out on the block of rows and columns the product has just written into out.
+// Then the same columns of the next block of rows (the thread's next, within a pass) are asked
+// for: the residual's, and out's for writing, both cold (a layer's activations), which the
+// product would otherwise wait for.
+struct ResidualAfterProduct {
+  float* out;
+  const float* residual;
+  size_t ld;
+  int M;
+  static void apply(const void* context, int m0, int m1, int n0, int n1) {
+    const auto& e = *static_cast<const ResidualAfterProduct*>(context);
+    for (int m = m0; m < m1; ++m) {
+      const size_t at = static_cast<size_t>(m) * e.ld;
+      float* o = e.out + at;
+      const float* r = e.residual + at;
+      for (int n = n0; n < n1; ++n) o[n] = r[n] + o[n];
+    }
+    const int next_end = std::min(e.M, m1 + (m1 - m0));
+    for (int m = m1; m < next_end; ++m) {
+      const size_t at = static_cast<size_t>(m) * e.ld;
+      for (int n = n0; n < n1; n += 16) {
+        _mm_prefetch(reinterpret_cast<const char*>(e.residual + at + n), _MM_HINT_T1);
+        _m_prefetchw(e.out + at + n);
+      }
+    }
+  }
+};
+
+// out = inp W^T + bias, and with a residual (not null) out = residual + that: in the AMX
+// product's epilogue where it runs, else added after it.
+void linear_forward_adding(float* out, float* saved, const float* inp, const float* residual,
+                           const float* weight, const float* bias, int N, int IC, int OC,
+                           float* scratch, bool inp_in_saved, float* weight_operand) {
+  const bool native = native_bf16_available();
+  if (residual && native && amx_linear_forward_runs(N, OC, IC)) {
+    const ResidualAfterProduct add{out, residual, static_cast<size_t>(OC), N};
+    forward_on<NativeBf16>(out, saved, inp, weight, bias, N, IC, OC, scratch, inp_in_saved,
+                           weight_operand, {&ResidualAfterProduct::apply, &add});
+    return;
+  }
+  if (native)
+    forward_on<NativeBf16>(out, saved, inp, weight, bias, N, IC, OC, scratch, inp_in_saved,
+                           weight_operand);
+  else
+    forward_on<RoundedFp32>(out, saved, inp, weight, bias, N, IC, OC, scratch, inp_in_saved,
+                            weight_operand);
+  if (residual) add(out, residual, out, static_cast<size_t>(N) * OC);
+}
+
+}  // namespace
+
+void bf16_linear_residual_forward(float* out, float* saved, const float* inp, const float* residual,
+                                  const float* weight, const float* bias, int N, int IC, int OC,
+                                  float* scratch, float* weight_operand) {
+  FORGE_CHECK(residual && residual != out,
+              "bf16_linear_residual_forward: the residual must be given and not be the output");
+  linear_forward_adding(out, saved, inp, residual, weight, bias, N, IC, OC, scratch,
+                        /*inp_in_saved=*/false, weight_operand);
+}
+
 void bf16_swiglu_linear_forward(float* out, float* saved, const float* gate, const float* up,
                                 const float* weight, int N, int F, int OC, float* scratch,
-                                float* weight_operand) {
+                                float* weight_operand, const float* residual) {
   FORGE_CHECK(native_bf16_available() && saved,
               "bf16_swiglu_linear_forward: needs bf16 dot products and saved state");
   // SwiGLU a block at a time into a buffer in L1, rounded from there into the product's
@@ -946,8 +1009,9 @@ void bf16_swiglu_linear_forward(float* out, float* saved, const float* gate, con
     swiglu_forward_serial(act, gate + i0, up + i0, len);
     to_bf16_serial(x + i0, act, len);
   }
-  forward_on<NativeBf16>(out, saved, /*inp=*/nullptr, weight, nullptr, N, F, OC, scratch,
-                         /*inp_in_saved=*/true, weight_operand);
+  FORGE_CHECK(residual != out, "bf16_swiglu_linear_forward: the residual is the output");
+  linear_forward_adding(out, saved, /*inp=*/nullptr, residual, weight, nullptr, N, F, OC, scratch,
+                        /*inp_in_saved=*/true, weight_operand);
 }
 
 void bf16_swiglu_linear_backward(float* dinp, float* dweight, const float* dact, const float* gate,

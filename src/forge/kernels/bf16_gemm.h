@@ -160,15 +160,26 @@ void bf16_gelu_linear_backward(float* dinp, float* dweight, float* dbias, const 
                                const float* saved, int N, int IC, int OC, float* scratch,
                                const float* weight_operand = nullptr);
 
+// A block's last linear layer and the residual stream's update after it: out = residual +
+// (inp W^T + bias), [N, OC], as bf16_linear_forward into out and then kernels/elementwise.h's
+// add(out, residual, out) give it, bit for bit. On forge's AMX kernel the add is done on each
+// block of rows as soon as the product has written it, while it is still in the core's caches:
+// the layer's own output is never written out on its own, nor read back. Elsewhere the two one
+// after the other. out must not alias residual; the rest as bf16_linear_forward.
+void bf16_linear_residual_forward(float* out, float* saved, const float* inp, const float* residual,
+                                  const float* weight, const float* bias, int N, int IC, int OC,
+                                  float* scratch, float* weight_operand = nullptr);
+
 // Llama's down projection after SwiGLU: out [N, OC] = swiglu(gate, up) W^T (no bias), gate and
 // up [N, F], with SwiGLU's output (kernels/swiglu.h) rounded into the product's input operand
 // in saved as it is made, never written out in fp32: out and saved as swiglu_forward and then
 // bf16_linear_forward give them, bit for bit, so that backward (with saved) needs no fp32
-// input. Scratch and weight_operand as above for IC = F. Only with native bf16 dot products
-// (native_bf16_available()) and saved.
+// input. With a residual (not null), out = residual + that product, as
+// bf16_linear_residual_forward adds it. Scratch and weight_operand as above for IC = F. Only
+// with native bf16 dot products (native_bf16_available()) and saved.
 void bf16_swiglu_linear_forward(float* out, float* saved, const float* gate, const float* up,
                                 const float* weight, int N, int F, int OC, float* scratch,
-                                float* weight_operand = nullptr);
+                                float* weight_operand = nullptr, const float* residual = nullptr);
 
 // Llama's gate | up (sibling layers of width F each, stacked weight gate then up) backward
 // from the gradient of SwiGLU's output, dact [N, F], with SwiGLU's backward (kernels/swiglu.h,

@@ -213,15 +213,15 @@ float Gpt2::forward(const int32_t* tokens, const int32_t* targets, int B, int T)
     test_bug_scale_queries(a.qkv, N, C, 1.25f);  // no-op unless a test asks for the bug
     nx_.attention_forward(a.sdpa, a.att_saved, a.qkv, B, T, C, NH);
     test_bug_scale_queries(a.qkv, N, C, 1.0f / 1.25f);
-    nx_.linear_forward(a.attn_proj, a.attn_proj_saved, a.sdpa, w.attn_proj_w, w.attn_proj_b, N, C,
-                       C);
-    nx_.add(a.res1, x, a.attn_proj, static_cast<size_t>(N) * C);
+    // (c_proj's output on its own only for a recorder: a profile may add x to each block of the
+    // product as it is written; likewise below)
+    nx_.linear_residual_forward(a.res1, recording() ? a.attn_proj : nullptr, a.attn_proj_saved,
+                                a.sdpa, w.attn_proj_w, w.attn_proj_b, x, N, C, C);
     // x = x + c_proj(gelu(c_fc(ln_2(x))))
     nx_.layernorm_forward(a.ln2, a.ln2_mean, a.ln2_rstd, a.res1, w.ln2_w, w.ln2_b, N, C, eps);
     nx_.linear_gelu_forward(a.fc, a.gelu, a.fc_saved, a.ln2, w.fc_w, w.fc_b, N, C, 4 * C);
-    nx_.linear_forward(a.mlp_proj, a.mlp_proj_saved, a.gelu, w.mlp_proj_w, w.mlp_proj_b, N, 4 * C,
-                       C);
-    nx_.add(a.res2, a.res1, a.mlp_proj, static_cast<size_t>(N) * C);
+    nx_.linear_residual_forward(a.res2, recording() ? a.mlp_proj : nullptr, a.mlp_proj_saved,
+                                a.gelu, w.mlp_proj_w, w.mlp_proj_b, a.res1, N, 4 * C, C);
     record(h, "ln_1", a.ln1, {B, T, C});
     record(h, "attn.c_attn", a.qkv, {B, T, 3 * C});
     record(h, "attn.sdpa", a.sdpa, {B, T, C});

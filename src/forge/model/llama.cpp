@@ -188,7 +188,7 @@ float Llama::forward(const int32_t* tokens, const int32_t* targets, int B, int T
   const int C = config_.n_embd, V = config_.vocab_size, Vp = config_.vocab_rows();
   const int L = config_.n_layer, NH = NH_, KVH = KVH_, hd = hd_, Dq = Dq_, Dkv = Dkv_, F = F_;
   const int N = B * T;
-  const size_t NC = static_cast<size_t>(N) * C, NF = static_cast<size_t>(N) * F;
+  const size_t NF = static_cast<size_t>(N) * F;
   const float eps = static_cast<float>(config_.norm_eps);
   float* P = params_.data();
   B_ = B;
@@ -215,8 +215,10 @@ float Llama::forward(const int32_t* tokens, const int32_t* targets, int B, int T
     nx_.rope_forward(a.k, k_pre_, rope_cos_, rope_sin_, B, T, KVH, hd);
     // y = softmax(q k^T / sqrt(hd) + causal mask) v, each kv head shared by NH/KVH q heads
     nx_.gqa_attention_forward(a.sdpa, a.att_saved, a.q, a.k, a.v, B, T, NH, KVH, hd);
-    // x = x + y Wo^T
-    nx_.linear_forward(branch_, a.o_saved, a.sdpa, w.o_w, nullptr, N, Dq, C);
+    // x = x + y Wo^T   (y Wo^T on its own only for a recorder: a profile may add x to each
+    // block of the product as it is written)
+    nx_.linear_residual_forward(a.res1, recording() ? branch_ : nullptr, a.o_saved, a.sdpa, w.o_w,
+                                nullptr, x, N, Dq, C);
     record(pfx, "input_layernorm", a.ln1, {B, T, C});
     record(pfx, "self_attn.q_proj", q_pre_, {B, T, Dq});
     record(pfx, "self_attn.k_proj", k_pre_, {B, T, Dkv});
@@ -225,18 +227,20 @@ float Llama::forward(const int32_t* tokens, const int32_t* targets, int B, int T
     record(pfx, "self_attn.k_rope", a.k, {B, T, Dkv});
     record(pfx, "self_attn.sdpa", a.sdpa, {B, T, Dq});
     record(pfx, "self_attn.o_proj", branch_, {B, T, C});
-    nx_.add(a.res1, x, branch_, NC);
     // h = RMSNorm(x);  x = x + (silu(h Wgate^T) * (h Wup^T)) Wdown^T
     nx_.rmsnorm_forward(a.ln2, a.ln2_rstd, a.res1, w.ln2_w, N, C, eps);
     nx_.linear_forward_siblings({a.gate, a.up}, a.ln2_saved, a.ln2, {w.gate_w, w.up_w}, {F, F}, N,
                                 C);
-    // A profile may fuse SwiGLU into the down projection's input and skip writing act, which
-    // a recorder then would not get: with one, they run apart.
+    // A profile may fuse SwiGLU into the down projection's input and skip writing act, and add
+    // the residual to each block of the product as it is written, which a recorder then would
+    // not get: with one, they run apart.
     if (recording()) {
       nx_.swiglu_forward(a.act, a.gate, a.up, NF);
-      nx_.linear_forward(branch_, a.down_saved, a.act, w.down_w, nullptr, N, F, C);
+      nx_.linear_residual_forward(a.res2, branch_, a.down_saved, a.act, w.down_w, nullptr, a.res1,
+                                  N, F, C);
     } else {
-      nx_.swiglu_linear_forward(branch_, a.down_saved, a.act, a.gate, a.up, w.down_w, N, F, C);
+      nx_.swiglu_linear_forward(a.res2, a.down_saved, a.act, a.gate, a.up, w.down_w, a.res1, N, F,
+                                C);
     }
     record(pfx, "res_1", a.res1, {B, T, C});
     record(pfx, "post_attention_layernorm", a.ln2, {B, T, C});
@@ -244,7 +248,6 @@ float Llama::forward(const int32_t* tokens, const int32_t* targets, int B, int T
     record(pfx, "mlp.up_proj", a.up, {B, T, F});
     record(pfx, "mlp.swiglu", a.act, {B, T, F});
     record(pfx, "mlp.down_proj", branch_, {B, T, C});
-    nx_.add(a.res2, a.res1, branch_, NC);
     record(pfx, "res_2", a.res2, {B, T, C});
     x = a.res2;
   }

@@ -149,6 +149,21 @@ class Bf16Numerics final : public Numerics {
                             scratch_for(N, IC, OC), weight_slot(weight, IC, OC, false));
   }
 
+  // On forge's AMX kernel the residual's add runs in the product's epilogue
+  // (kernels/bf16_gemm.h).
+  bool fuses_linear_residual_forward(int N, int IC, int OC) const override {
+    return k::amx_linear_forward_runs(N, OC, IC);  // native bf16 implied
+  }
+  void linear_residual_forward(float* out, float* branch, float* saved, const float* inp,
+                               const float* weight, const float* bias, const float* residual, int N,
+                               int IC, int OC) override {
+    if (branch || !fuses_linear_residual_forward(N, IC, OC))
+      return Numerics::linear_residual_forward(out, branch, saved, inp, weight, bias, residual, N,
+                                               IC, OC);
+    k::bf16_linear_residual_forward(out, saved, inp, residual, weight, bias, N, IC, OC,
+                                    scratch_for(N, IC, OC), weight_slot(weight, IC, OC, true));
+  }
+
   // On forge's AMX kernel c_fc's GELU runs in the product's epilogue (kernels/bf16_gemm.h).
   bool fuses_linear_gelu_forward(int N, int IC, int OC) const override {
     return k::amx_linear_forward_runs(N, OC, IC);  // native bf16 implied
@@ -199,16 +214,18 @@ class Bf16Numerics final : public Numerics {
   }
 
   // With bf16 dot products SwiGLU's output goes straight into the down projection's bf16
-  // input operand, which forward keeps for backward anyway (kernels/bf16_gemm.h).
+  // input operand, which forward keeps for backward anyway, and on forge's AMX kernel the
+  // residual's add runs in the product's epilogue (kernels/bf16_gemm.h).
   bool fuses_swiglu_linear_forward(int, int, int) const override {
     return k::native_bf16_available();
   }
   void swiglu_linear_forward(float* out, float* saved, float* act, const float* gate,
-                             const float* up, const float* weight, int N, int F, int OC) override {
+                             const float* up, const float* weight, const float* residual, int N,
+                             int F, int OC) override {
     if (!fuses_swiglu_linear_forward(N, F, OC) || !saved)
-      return Numerics::swiglu_linear_forward(out, saved, act, gate, up, weight, N, F, OC);
+      return Numerics::swiglu_linear_forward(out, saved, act, gate, up, weight, residual, N, F, OC);
     k::bf16_swiglu_linear_forward(out, saved, gate, up, weight, N, F, OC, scratch_for(N, F, OC),
-                                  weight_slot(weight, F, OC, true));
+                                  weight_slot(weight, F, OC, true), residual);
   }
 
   // On forge's AMX kernel, with gate's and up's weights (and gradients) back to back as one

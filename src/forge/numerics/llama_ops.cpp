@@ -4,7 +4,7 @@
 // op with its own arithmetic (torch-cpu's bit-for-bit replica, bf16, CUDA). Also the fused
 // ops' defaults, each the profile's own ops one after the other (linear then GELU; GELU's or
 // SwiGLU's backward then the linear layers'; SwiGLU then the linear layer; a norm's backward
-// then the residual's add).
+// then the residual's add; a linear layer then the residual's add).
 #include "forge/core/error.h"
 #include "forge/kernels/gqa_attention.h"
 #include "forge/kernels/rmsnorm.h"
@@ -71,9 +71,10 @@ void Numerics::linear_backward_siblings(float* dinp, float* scratch,
 }
 
 void Numerics::swiglu_linear_forward(float* out, float* saved, float* act, const float* gate,
-                                     const float* up, const float* weight, int N, int F, int OC) {
+                                     const float* up, const float* weight, const float* residual,
+                                     int N, int F, int OC) {
   swiglu_forward(act, gate, up, static_cast<size_t>(N) * F);
-  linear_forward(out, saved, act, weight, nullptr, N, F, OC);
+  linear_residual_forward(out, nullptr, saved, act, weight, nullptr, residual, N, F, OC);
 }
 
 void Numerics::swiglu_linear_backward(float* dinp, float* scratch, float* dgate, float* dup,
@@ -92,6 +93,15 @@ void Numerics::gelu_linear_backward(float* dinp, float* dweight, float* dbias, f
                                     int OC) {
   gelu_backward(dout, out, dact, static_cast<size_t>(N) * OC);
   linear_backward(dinp, dweight, dbias, dout, inp, weight, saved, N, IC, OC);
+}
+
+void Numerics::linear_residual_forward(float* out, float* branch, float* saved, const float* inp,
+                                       const float* weight, const float* bias,
+                                       const float* residual, int N, int IC, int OC) {
+  FORGE_CHECK(out != residual, "linear_residual_forward: the output is the residual");
+  float* product = branch ? branch : out;
+  linear_forward(product, saved, inp, weight, bias, N, IC, OC);
+  add(out, residual, product, static_cast<size_t>(N) * OC);
 }
 
 void Numerics::linear_gelu_forward(float* out, float* act, float* saved, const float* inp,

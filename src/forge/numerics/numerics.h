@@ -128,6 +128,21 @@ class Numerics {
                                const float* inp, const float* weight, const float* saved, int N,
                                int IC, int OC) = 0;
 
+  // --- a block's last linear layer and the residual stream's update after it as one op ---
+  // out = residual + linear_forward(inp) (attention's output projection, GPT-2's MLP c_proj),
+  // and when branch is not null the layer's own output goes there too (a dump reads it): the
+  // default is linear_forward into branch (or out), then add(out, residual, that). A profile
+  // that fuses them (fuses_linear_residual_forward: the add done on each block of the product
+  // as it is written) does so without a branch and gives the same out and saved. out must not
+  // alias residual.
+  virtual void linear_residual_forward(float* out, float* branch, float* saved, const float* inp,
+                                       const float* weight, const float* bias,
+                                       const float* residual, int N, int IC, int OC);
+  virtual bool fuses_linear_residual_forward(int N, int IC, int OC) const {
+    (void)N, (void)IC, (void)OC;
+    return false;
+  }
+
   // --- GPT-2's c_fc and the GELU after it as one op, where the profile fuses them (the GELU
   // done on each block of the product as it is written) ----------------------------------
   // out = linear_forward(inp), act = gelu(out); both written (backward reads out, the next
@@ -174,13 +189,15 @@ class Numerics {
                                         const float* saved, std::initializer_list<int> widths,
                                         int N, int IC);
 
-  // Llama's down projection of SwiGLU's output: act = swiglu_forward(gate, up) [N, F], then
-  // linear_forward(out, saved, act, weight, no bias, N, F, OC); the default does exactly that.
-  // A profile that fuses the two (fuses_swiglu_linear_forward) gives the same out and saved and
-  // may leave act unwritten: its linear_backward reads saved, not the input. A caller that
-  // reads act (a dump) calls the two ops itself.
+  // Llama's down projection of SwiGLU's output and the residual stream's update after it:
+  // act = swiglu_forward(gate, up) [N, F], then linear_residual_forward(out, no branch, saved,
+  // act, weight, no bias, residual, N, F, OC); the default does exactly that. A profile that fuses
+  // the two (fuses_swiglu_linear_forward) gives the same out and saved and may leave act
+  // unwritten: its linear_backward reads saved, not the input. A caller that reads act or the
+  // projection's own output (a dump) calls the ops itself.
   virtual void swiglu_linear_forward(float* out, float* saved, float* act, const float* gate,
-                                     const float* up, const float* weight, int N, int F, int OC);
+                                     const float* up, const float* weight, const float* residual,
+                                     int N, int F, int OC);
   // Whether it runs fused for a layer of that shape given saved state (the models always give
   // it).
   virtual bool fuses_swiglu_linear_forward(int N, int F, int OC) const {

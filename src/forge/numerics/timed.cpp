@@ -64,7 +64,17 @@ void TimedNumerics::linear_backward(float* dinp, float* dw, float* db, const flo
   timed(OC > 4 * IC ? "lm head bwd" : "linear bwd",
         [&] { inner_->linear_backward(dinp, dw, db, dout, inp, w, saved, N, IC, OC); });
 }
-// Fused, one op of its own; else the default's linear and GELU, each timed as itself.
+// Fused, one op of its own; else the default's linear and add, each timed as itself.
+void TimedNumerics::linear_residual_forward(float* out, float* branch, float* saved,
+                                            const float* inp, const float* w, const float* b,
+                                            const float* residual, int N, int IC, int OC) {
+  if (branch || !inner_->fuses_linear_residual_forward(N, IC, OC))
+    return Numerics::linear_residual_forward(out, branch, saved, inp, w, b, residual, N, IC, OC);
+  timed("linear + residual add fwd", [&] {
+    inner_->linear_residual_forward(out, nullptr, saved, inp, w, b, residual, N, IC, OC);
+  });
+}
+// Likewise for the linear layer and its GELU.
 void TimedNumerics::linear_gelu_forward(float* out, float* act, float* saved, const float* inp,
                                         const float* w, const float* b, int N, int IC, int OC) {
   if (!inner_->fuses_linear_gelu_forward(N, IC, OC))
@@ -85,11 +95,12 @@ void TimedNumerics::gelu_linear_backward(float* dinp, float* dw, float* db, floa
 }
 // Likewise for SwiGLU and the linear layer after it (forward) or before it (backward).
 void TimedNumerics::swiglu_linear_forward(float* out, float* saved, float* act, const float* gate,
-                                          const float* up, const float* w, int N, int F, int OC) {
+                                          const float* up, const float* w, const float* residual,
+                                          int N, int F, int OC) {
   if (!inner_->fuses_swiglu_linear_forward(N, F, OC))
-    return Numerics::swiglu_linear_forward(out, saved, act, gate, up, w, N, F, OC);
-  timed("swiglu + linear fwd",
-        [&] { inner_->swiglu_linear_forward(out, saved, act, gate, up, w, N, F, OC); });
+    return Numerics::swiglu_linear_forward(out, saved, act, gate, up, w, residual, N, F, OC);
+  timed(residual ? "swiglu + linear + residual add fwd" : "swiglu + linear fwd",
+        [&] { inner_->swiglu_linear_forward(out, saved, act, gate, up, w, residual, N, F, OC); });
 }
 void TimedNumerics::swiglu_linear_backward(float* dinp, float* scratch, float* dgate, float* dup,
                                            float* dgate_w, float* dup_w, const float* dact,

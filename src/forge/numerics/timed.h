@@ -60,6 +60,12 @@ class TimedNumerics final : public Numerics {
   void linear_backward(float* dinp, float* dweight, float* dbias, const float* dout,
                        const float* inp, const float* weight, const float* saved, int N, int IC,
                        int OC) override;
+  void linear_residual_forward(float* out, float* branch, float* saved, const float* inp,
+                               const float* weight, const float* bias, const float* residual, int N,
+                               int IC, int OC) override;
+  bool fuses_linear_residual_forward(int N, int IC, int OC) const override {
+    return inner_->fuses_linear_residual_forward(N, IC, OC);
+  }
   void linear_gelu_forward(float* out, float* act, float* saved, const float* inp,
                            const float* weight, const float* bias, int N, int IC, int OC) override;
   bool fuses_linear_gelu_forward(int N, int IC, int OC) const override {
@@ -73,7 +79,8 @@ class TimedNumerics final : public Numerics {
     return inner_->fuses_gelu_linear_backward(N, IC, OC);
   }
   void swiglu_linear_forward(float* out, float* saved, float* act, const float* gate,
-                             const float* up, const float* weight, int N, int F, int OC) override;
+                             const float* up, const float* weight, const float* residual, int N,
+                             int F, int OC) override;
   bool fuses_swiglu_linear_forward(int N, int F, int OC) const override {
     return inner_->fuses_swiglu_linear_forward(N, F, OC);
   }

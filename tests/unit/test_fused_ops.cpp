@@ -1,0 +1,120 @@
+// The fused ops in the models' step. A profile may run two ops as one (a GELU or SwiGLU in a
+// linear layer's rounding or epilogue, the residual's add in the product's epilogue) and skip
+// writing the tensor between them; a recorder (`forge verify`'s dumps) needs that tensor, so
+// with one listening the models run the ops apart. Both ways must train the same model: the
+// same loss and the same gradients, bit for bit, under every profile, on shapes of whole AMX
+// tiles (where the bf16 profile fuses on a CPU with AMX) and on awkward ones (where it does
+// not).
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "forge/core/float_buffer.h"
+#include "forge/kernels/bf16_gemm.h"
+#include "forge/model/model.h"
+#include "forge/model/params.h"
+#include "forge/numerics/numerics.h"
+
+namespace {
+
+using namespace forge;
+
+// Takes every tensor handed to it and counts them.
+class CountingRecorder final : public ActivationRecorder {
+ public:
+  void record(const std::string&, const float* data, const std::vector<int64_t>&) override {
+    if (data) ++count;
+  }
+  int count = 0;
+};
+
+ModelConfig config(const std::string& family, int C, int F) {
+  ModelConfig m;
+  m.family = family;
+  m.vocab_size = 100;
+  m.padded_vocab_size = 128;
+  m.n_layer = 2;
+  m.n_head = 2;
+  m.n_embd = C;
+  m.block_size = 32;
+  if (family == "llama") {
+    m.n_kv_head = 1;
+    m.ffn_hidden = F;
+  }
+  return m;
+}
+
+struct Step {
+  float loss = 0;
+  std::vector<float> grads;
+};
+
+// Two steps (forward, backward, AdamW) of a fresh model, the second's loss and gradients
+// returned; with a recorder listening when `recorder` is not null.
+Step two_steps(const ModelConfig& cfg, const std::string& profile, int B, int T,
+               CountingRecorder* recorder) {
+  std::unique_ptr<Numerics> nx = make_numerics(profile);
+  std::unique_ptr<Model> model = make_model(cfg, B, T, *nx);
+  model->init_weights(7);
+  model->set_recorder(recorder);
+  const ParamLayout& layout = model->layout();
+  FloatBuffer grads(layout.total_floats()), m(layout.total_floats()), v(layout.total_floats());
+  std::vector<ParamRef> refs =
+      param_refs(layout, model->params(), grads.data(), m.data(), v.data());
+  std::vector<int32_t> x(static_cast<size_t>(B) * T), y(x.size());
+  for (size_t i = 0; i < x.size(); ++i) {
+    x[i] = static_cast<int32_t>((i * 37 + 11) % cfg.vocab_size);
+    y[i] = static_cast<int32_t>((i * 53 + 7) % cfg.vocab_size);
+  }
+  Step last;
+  for (int step = 1; step <= 2; ++step) {
+    last.loss = model->forward(x.data(), y.data(), B, T);
+    model->backward(1.0f, grads.data());
+    last.grads.assign(grads.data(), grads.data() + layout.total_floats());
+    nx->optimizer_step(refs.data(), static_cast<int>(refs.size()),
+                       {1e-3, 0.9, 0.95, 1e-8, 0.1, 1.0, step});
+  }
+  return last;
+}
+
+TEST(FusedOps, ModelsTrainTheSameWithAndWithoutARecorder) {
+  struct Shape {
+    int C, F, B, T;
+  };
+  // Whole tiles (128 rows, widths multiples of 32), and odd sizes off the AMX kernel.
+  for (const Shape s : {Shape{64, 160, 4, 32}, Shape{40, 72, 3, 13}})
+    for (const std::string family : {"gpt2", "llama"})
+      for (const std::string& profile : numerics_profiles()) {
+        SCOPED_TRACE(family + " under " + profile + ", n_embd " + std::to_string(s.C));
+        const ModelConfig cfg = config(family, s.C, s.F);
+        CountingRecorder recorder;
+        const Step fused = two_steps(cfg, profile, s.B, s.T, nullptr);
+        const Step apart = two_steps(cfg, profile, s.B, s.T, &recorder);
+        EXPECT_GT(recorder.count, 20) << "the recorder was handed the step's tensors";
+        EXPECT_EQ(std::memcmp(&fused.loss, &apart.loss, sizeof(float)), 0)
+            << fused.loss << " vs " << apart.loss;
+        ASSERT_EQ(fused.grads.size(), apart.grads.size());
+        EXPECT_EQ(std::memcmp(fused.grads.data(), apart.grads.data(),
+                              fused.grads.size() * sizeof(float)),
+                  0);
+      }
+}
+
+// Not vacuous on a CPU with AMX: there the bf16 profile fuses every op above on the whole-tile
+// shape.
+TEST(FusedOps, Bf16FusesOnWholeTilesWhereAmxRuns) {
+  if (!kernels::cpu::amx_linear_available()) GTEST_SKIP() << "forge's AMX kernels do not run here";
+  std::unique_ptr<Numerics> nx = make_numerics("bf16");
+  const int N = 128, C = 64, F = 160;
+  EXPECT_TRUE(nx->fuses_linear_residual_forward(N, C, C));
+  EXPECT_TRUE(nx->fuses_linear_residual_forward(N, F, C));
+  EXPECT_TRUE(nx->fuses_linear_gelu_forward(N, C, 4 * C));
+  EXPECT_TRUE(nx->fuses_gelu_linear_backward(N, C, 4 * C));
+  EXPECT_TRUE(nx->fuses_swiglu_linear_forward(N, F, C));
+  EXPECT_FALSE(nx->fuses_linear_residual_forward(120, C, C));  // rows not whole tiles
+}
+
+}  // namespace
