@@ -97,9 +97,9 @@ TEST(FusedOps, ModelsTrainTheSameWithAndWithoutARecorder) {
         EXPECT_EQ(std::memcmp(&fused.loss, &apart.loss, sizeof(float)), 0)
             << fused.loss << " vs " << apart.loss;
         ASSERT_EQ(fused.grads.size(), apart.grads.size());
-        EXPECT_EQ(std::memcmp(fused.grads.data(), apart.grads.data(),
-                              fused.grads.size() * sizeof(float)),
-                  0);
+        EXPECT_EQ(
+            std::memcmp(fused.grads.data(), apart.grads.data(), fused.grads.size() * sizeof(float)),
+            0);
       }
 }
 

@@ -931,14 +931,10 @@ void bf16_gelu_linear_backward(float* dinp, float* dweight, float* dbias, const 
 namespace {
 
 // out = residual + out on the block of rows and columns the product has just written into out.
-// Then the same columns of the next block of rows (the thread's next, within a pass) are asked
-// for: the residual's, and out's for writing, both cold (a layer's activations), which the
-// product would otherwise wait for.
 struct ResidualAfterProduct {
   float* out;
   const float* residual;
   size_t ld;
-  int M;
   static void apply(const void* context, int m0, int m1, int n0, int n1) {
     const auto& e = *static_cast<const ResidualAfterProduct*>(context);
     for (int m = m0; m < m1; ++m) {
@@ -946,14 +942,6 @@ struct ResidualAfterProduct {
       float* o = e.out + at;
       const float* r = e.residual + at;
       for (int n = n0; n < n1; ++n) o[n] = r[n] + o[n];
-    }
-    const int next_end = std::min(e.M, m1 + (m1 - m0));
-    for (int m = m1; m < next_end; ++m) {
-      const size_t at = static_cast<size_t>(m) * e.ld;
-      for (int n = n0; n < n1; n += 16) {
-        _mm_prefetch(reinterpret_cast<const char*>(e.residual + at + n), _MM_HINT_T1);
-        _m_prefetchw(e.out + at + n);
-      }
     }
   }
 };
@@ -965,9 +953,9 @@ void linear_forward_adding(float* out, float* saved, const float* inp, const flo
                            float* scratch, bool inp_in_saved, float* weight_operand) {
   const bool native = native_bf16_available();
   if (residual && native && amx_linear_forward_runs(N, OC, IC)) {
-    const ResidualAfterProduct add{out, residual, static_cast<size_t>(OC), N};
+    const ResidualAfterProduct add{out, residual, static_cast<size_t>(OC)};
     forward_on<NativeBf16>(out, saved, inp, weight, bias, N, IC, OC, scratch, inp_in_saved,
-                           weight_operand, {&ResidualAfterProduct::apply, &add});
+                           weight_operand, {&ResidualAfterProduct::apply, &add, residual, add.ld});
     return;
   }
   if (native)

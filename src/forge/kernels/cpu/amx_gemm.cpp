@@ -181,6 +181,7 @@ void amx_gemm(const AmxC& c, const AmxA& a, const float* b_packed, const float* 
   }
   FORGE_CHECK(columns == N, "amx_gemm: output parts of {} columns for {}", columns, N);
   const int k_tiles = K / 32, pass = columns_per_pass(N, K);
+  const int rows_per_step = (32 + k_tiles - 1) / k_tiles;
   const auto* b = reinterpret_cast<const uint16_t*>(b_packed);
   const uint16_t* a_packed =
       a.layout == AmxLayout::kTiles ? a.data : reinterpret_cast<const uint16_t*>(a.room);
@@ -228,7 +229,21 @@ void amx_gemm(const AmxC& c, const AmxA& a, const float* b_packed, const float* 
             _tile_zero(3);
           }
           const uint16_t* b_tiles = b + pair_at(n0 / 32, 0, k_tiles) * 2;
+          const size_t ld = static_cast<size_t>(c.ld[part]);
+          float* out = c.out[part] + 32 * mb * ld + (n0 - part_start);
+          const size_t at = static_cast<size_t>(32 * mb) * after.ld + n0;  // in after.reads
           for (int kb = 0; kb < k_tiles; ++kb) {
+            // The block's 32 rows of C (two lines each) asked for, for writing, a few rows a
+            // step: a layer's output is cold, and the stores below would wait for its lines.
+            // Likewise what the epilogue reads.
+            for (int r = kb * rows_per_step; r < std::min(32, (kb + 1) * rows_per_step); ++r) {
+              __builtin_prefetch(out + r * ld, 1, 3);
+              __builtin_prefetch(out + r * ld + 16, 1, 3);
+              if (after.reads) {
+                __builtin_prefetch(after.reads + at + r * after.ld, 0, 3);
+                __builtin_prefetch(after.reads + at + r * after.ld + 16, 0, 3);
+              }
+            }
             const uint16_t* ak = a_tiles + kb * kPairWords * 2;
             const uint16_t* bk = b_tiles + kb * kPairWords * 2;
             _tile_loadd(4, ak, 64);
@@ -240,8 +255,6 @@ void amx_gemm(const AmxC& c, const AmxA& a, const float* b_packed, const float* 
             _tile_dpbf16ps(2, 5, 6);
             _tile_dpbf16ps(3, 5, 7);
           }
-          const size_t ld = static_cast<size_t>(c.ld[part]);
-          float* out = c.out[part] + 32 * mb * ld + (n0 - part_start);
           _tile_stored(0, out, ld * 4);
           _tile_stored(1, out + 16, ld * 4);
           _tile_stored(2, out + 16 * ld, ld * 4);

@@ -77,9 +77,15 @@ AmxC amx_c(float* c, int ldc, int N);
 // core's caches (a GELU after the product, say): apply(context, m0, m1, n0, n1) for rows
 // [m0, m1) and columns [n0, n1) of C (C's columns, across its parts), called by the thread
 // that wrote them, once they are final. Null apply: none.
+// reads (may be null): a matrix laid out as C's columns, rows ld floats apart, that apply
+// reads (a residual); the kernel asks for its lines of each block of C while it computes the
+// block, as it does for C's own. (Asking for an output that apply writes, GELU's, cost more
+// than it saved: 10.5-10.9 vs 11.6-11.9 ms a step of small's c_fc.)
 struct AmxEpilogue {
   void (*apply)(const void* context, int m0, int m1, int n0, int n1) = nullptr;
   const void* context = nullptr;
+  const float* reads = nullptr;
+  size_t ld = 0;
 };
 
 // C = A B + bias (bias, N values, may be null), B from an amx_pack_b*: C[m, n] = sum_k A[m, k]
