@@ -4,6 +4,7 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -672,6 +673,128 @@ TEST(AmxGemm, ProductMatchesFloat64OnEveryTeam) {
         }
       }
   }
+}
+
+// Paired output parts (gate | up): the kernel walks part 0's columns and part 1's same columns
+// together, giving each element the bits of the plain two-part product; the epilogue sees
+// every row block once per pass, its columns part 0's, with the same columns of both parts
+// final by then. 320-column parts at K = 1024 take two passes of 8 blocks and 2; 1 and 3
+// threads.
+TEST(AmxGemm, PairedPartsMatchThePlainPartsBitForBit) {
+  if (!cpu::amx_tiles_available()) GTEST_SKIP() << "no usable AMX tiles on this CPU";
+  const int M = 96, F = 320, K = 1024;
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  std::vector<uint16_t> a(size_t(M) * K), bt(size_t(2 * F) * K);
+  const Floats af = random_floats(a.size(), 95), bf = random_floats(bt.size(), 96);
+  for (size_t i = 0; i < a.size(); ++i) a[i] = scalar::bf16_bits(af[i]);
+  for (size_t i = 0; i < bt.size(); ++i) bt[i] = scalar::bf16_bits(bf[i]);
+  Floats b_packed(cpu::amx_packed_floats(2 * F, K)), room(cpu::amx_packed_floats(M, K));
+  cpu::amx_pack_b_transposed(b_packed.data(), bt.data(), K, K, 2 * F);
+  // The epilogue checks that both parts' columns are final and counts the cells it is given.
+  // (Each thread its own rows: count's cells are never shared; not_final only ever set.)
+  struct Seen {
+    const Floats *p0, *p1;
+    std::vector<int> count;
+    int F;
+    std::atomic<bool> not_final{false};
+    static void apply(const void* context, int m0, int m1, int n0, int n1) {
+      auto& s = *const_cast<Seen*>(static_cast<const Seen*>(context));
+      for (int m = m0; m < m1; ++m)
+        for (int n = n0; n < n1; ++n) {
+          if (std::isnan((*s.p0)[size_t(m) * s.F + n]) || std::isnan((*s.p1)[size_t(m) * s.F + n]))
+            s.not_final = true;
+          ++s.count[size_t(m) * s.F + n];
+        }
+    }
+  };
+  const int saved_threads = omp_get_max_threads();
+  for (int threads : {1, 3}) {
+    SCOPED_TRACE(testing::Message() << threads << " threads");
+    omp_set_num_threads(threads);
+    std::vector<Floats> plain(2, Floats(size_t(M) * F, nan)), paired = plain;
+    for (bool is_paired : {false, true}) {
+      std::vector<Floats>& out = is_paired ? paired : plain;
+      cpu::AmxC c;
+      c.count = 2, c.paired = is_paired;
+      for (int i = 0; i < 2; ++i) c.out[i] = out[i].data(), c.width[i] = c.ld[i] = F;
+      Seen seen{&out[0], &out[1], std::vector<int>(size_t(M) * F, 0), F};
+      const cpu::AmxEpilogue watch{&Seen::apply, &seen};  // its columns: the paired kind's
+      cpu::amx_gemm(c, {a.data(), K, cpu::AmxLayout::kRows, room.data()}, b_packed.data(), nullptr,
+                    M, 2 * F, K, is_paired ? watch : cpu::AmxEpilogue{});
+      if (is_paired) {
+        EXPECT_FALSE(seen.not_final);
+        EXPECT_TRUE(
+            std::all_of(seen.count.begin(), seen.count.end(), [](int n) { return n == 1; }));
+      }
+    }
+    for (int i = 0; i < 2; ++i)
+      EXPECT_EQ(std::memcmp(paired[i].data(), plain[i].data(), plain[i].size() * sizeof(float)), 0)
+          << "part " << i;
+  }
+  omp_set_num_threads(saved_threads);
+  cpu::AmxC uneven;
+  Floats o(size_t(M) * 64);
+  uneven.count = 2, uneven.paired = true;
+  uneven.out[0] = uneven.out[1] = o.data();
+  uneven.width[0] = uneven.ld[0] = uneven.ld[1] = 64, uneven.width[1] = 32;
+  EXPECT_THROW(cpu::amx_gemm(uneven, {a.data(), K, cpu::AmxLayout::kRows, room.data()},
+                             b_packed.data(), nullptr, M, 96, K),
+               forge::Error);
+}
+
+// Llama's MLP forward with SwiGLU in gate | up's product (bf16_swiglu_mlp_forward): gate, up,
+// out and both saved states carry the bits of the stacked layer's parts and then the fused
+// SwiGLU + down projection + residual, on shapes of one pass and of two (C = 1024), on 1 and 3
+// threads, into buffers that start as NaN.
+TEST(AmxGemm, SwigluInTheGateUpEpilogueMatchesTheOpsApartBitForBit) {
+  if (!cpu::amx_linear_available()) GTEST_SKIP() << "forge's AMX kernels do not run here";
+  EXPECT_FALSE(cpu::bf16_swiglu_mlp_forward_runs(96, 64, 48));  // F not whole tiles
+  EXPECT_FALSE(cpu::bf16_swiglu_mlp_forward_runs(40, 64, 64));  // rows not whole tiles
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  int seed = 700;
+  for (auto [N, C, F] : {std::tuple{96, 64, 160}, std::tuple{64, 1024, 320}})
+    for (int threads : {1, 3}) {
+      SCOPED_TRACE(testing::Message()
+                   << "N=" << N << " C=" << C << " F=" << F << ", " << threads << " threads");
+      ASSERT_TRUE(cpu::bf16_swiglu_mlp_forward_runs(N, C, F));
+      const int saved_threads = omp_get_max_threads();
+      omp_set_num_threads(threads);
+      const Floats x = random_floats(size_t(N) * C, seed++),
+                   w_gu = random_floats(size_t(2 * F) * C, seed++),
+                   w_down = random_floats(size_t(C) * F, seed++),
+                   residual = random_floats(size_t(N) * C, seed++);
+      const size_t scratch_floats = std::max(cpu::bf16_linear_scratch_floats(N, C, 2 * F),
+                                             cpu::bf16_linear_scratch_floats(N, F, C));
+      const size_t NF = size_t(N) * F;
+      // Apart: the stacked layer's parts, then SwiGLU into the down projection with the add.
+      Floats scratch(scratch_floats, 0.0f), gu_saved(cpu::bf16_linear_saved_floats(N, C, 2 * F)),
+          down_saved(cpu::bf16_linear_saved_floats(N, F, C)), gate(NF), up(NF), out(size_t(N) * C);
+      const int widths[] = {F, F};
+      float* parts[] = {gate.data(), up.data()};
+      cpu::bf16_linear_forward_parts(parts, widths, gu_saved.data(), x.data(), w_gu.data(), N, C,
+                                     scratch.data());
+      cpu::bf16_swiglu_linear_forward(out.data(), down_saved.data(), gate.data(), up.data(),
+                                      w_down.data(), N, F, C, scratch.data(), nullptr,
+                                      residual.data());
+      // Fused.
+      Floats scratch2(scratch_floats, nan), gu_saved2(gu_saved.size(), nan),
+          down_saved2(down_saved.size(), nan), gate2(NF, nan), up2(NF, nan), out2(out.size(), nan);
+      cpu::bf16_swiglu_mlp_forward(out2.data(), gate2.data(), up2.data(), gu_saved2.data(),
+                                   down_saved2.data(), x.data(), w_gu.data(), w_down.data(),
+                                   residual.data(), N, C, F, scratch2.data());
+      omp_set_num_threads(saved_threads);
+      EXPECT_EQ(std::memcmp(gate2.data(), gate.data(), NF * sizeof(float)), 0);
+      EXPECT_EQ(std::memcmp(up2.data(), up.data(), NF * sizeof(float)), 0);
+      EXPECT_EQ(std::memcmp(out2.data(), out.data(), out.size() * sizeof(float)), 0);
+      EXPECT_EQ(std::memcmp(gu_saved2.data(), gu_saved.data(), size_t(N) * C * sizeof(uint16_t)),
+                0);
+      EXPECT_EQ(std::memcmp(down_saved2.data(), down_saved.data(), NF * sizeof(uint16_t)), 0);
+    }
+  Floats a(32 * 64, 1.0f), scratch(cpu::bf16_linear_scratch_floats(32, 32, 64));
+  EXPECT_THROW(
+      cpu::bf16_swiglu_mlp_forward(a.data(), a.data(), a.data(), a.data(), nullptr, a.data(),
+                                   a.data(), a.data(), a.data(), 32, 32, 32, scratch.data()),
+      forge::Error);  // no saved state for the down projection
 }
 
 // dout's operand in the AMX tiles' order (bf16_gradient_tiles): every element where

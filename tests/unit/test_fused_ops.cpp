@@ -114,6 +114,9 @@ TEST(FusedOps, Bf16FusesOnWholeTilesWhereAmxRuns) {
   EXPECT_TRUE(nx->fuses_linear_gelu_forward(N, C, 4 * C));
   EXPECT_TRUE(nx->fuses_gelu_linear_backward(N, C, 4 * C));
   EXPECT_TRUE(nx->fuses_swiglu_linear_forward(N, F, C));
+  std::vector<float> gate_up(size_t(2) * F * C);
+  EXPECT_TRUE(nx->fuses_swiglu_mlp_forward(gate_up.data(), gate_up.data() + F * C, N, C, F));
+  EXPECT_FALSE(nx->fuses_swiglu_mlp_forward(gate_up.data(), gate_up.data() + 1, N, C, F));
   EXPECT_FALSE(nx->fuses_linear_residual_forward(120, C, C));  // rows not whole tiles
 }
 

@@ -1002,6 +1002,57 @@ void bf16_swiglu_linear_forward(float* out, float* saved, const float* gate, con
                         /*inp_in_saved=*/true, weight_operand);
 }
 
+namespace {
+
+// SwiGLU of gate and up [N, F] on the block of rows and columns the product has just written
+// into both, rounded into act (bf16, N x F row-major: the down projection's input operand).
+// Runs of 256 values through a buffer in L1; they start at multiples of 32 of rows of a
+// multiple of 32 values, so every value takes swiglu_forward's vector path, as there.
+struct SwigluAfterProduct {
+  const float *gate, *up;
+  uint16_t* act;
+  int F;
+  static void apply(const void* context, int m0, int m1, int c0, int c1) {
+    const auto& e = *static_cast<const SwigluAfterProduct*>(context);
+    constexpr int kRun = 256;
+    alignas(64) float buf[kRun];
+    for (int m = m0; m < m1; ++m)
+      for (int c = c0; c < c1; c += kRun) {
+        const size_t at = static_cast<size_t>(m) * e.F + c;
+        const size_t len = static_cast<size_t>(std::min(kRun, c1 - c));
+        swiglu_forward_serial(buf, e.gate + at, e.up + at, len);
+        to_bf16_serial(e.act + at, buf, len);
+      }
+  }
+};
+
+}  // namespace
+
+bool bf16_swiglu_mlp_forward_runs(int N, int C, int F) {
+  const int widths[] = {F, F};
+  return bf16_linear_parts_run(N, C, widths) && amx_linear_forward_runs(N, C, F);
+}
+
+void bf16_swiglu_mlp_forward(float* out, float* gate, float* up, float* gate_up_saved,
+                             float* down_saved, const float* inp, const float* gate_up_w,
+                             const float* down_w, const float* residual, int N, int C, int F,
+                             float* scratch, float* gate_up_operand, float* down_operand) {
+  FORGE_CHECK(bf16_swiglu_mlp_forward_runs(N, C, F) && down_saved,
+              "bf16_swiglu_mlp_forward: {} x {} x 2 x {} not on the AMX kernel, or no saved state",
+              N, C, F);
+  FORGE_CHECK(residual != out, "bf16_swiglu_mlp_forward: the residual is the output");
+  AmxC parts;
+  parts.count = 2, parts.paired = true;
+  parts.out[0] = gate, parts.out[1] = up;
+  parts.width[0] = parts.width[1] = parts.ld[0] = parts.ld[1] = F;
+  const SwigluAfterProduct swiglu{gate, up, reinterpret_cast<uint16_t*>(down_saved), F};
+  forward_on<NativeBf16>(parts, gate_up_saved, inp, gate_up_w, nullptr, N, C, 2 * F, scratch,
+                         /*inp_in_saved=*/false, gate_up_operand,
+                         {&SwigluAfterProduct::apply, &swiglu});
+  linear_forward_adding(out, down_saved, /*inp=*/nullptr, residual, down_w, nullptr, N, F, C,
+                        scratch, /*inp_in_saved=*/true, down_operand);
+}
+
 void bf16_swiglu_linear_backward(float* dinp, float* dweight, const float* dact, const float* gate,
                                  const float* up, int F, const float* inp, const float* weight,
                                  const float* saved, int N, int IC, float* scratch,

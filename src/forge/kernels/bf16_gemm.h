@@ -181,6 +181,23 @@ void bf16_swiglu_linear_forward(float* out, float* saved, const float* gate, con
                                 const float* weight, int N, int F, int OC, float* scratch,
                                 float* weight_operand = nullptr, const float* residual = nullptr);
 
+// Llama's MLP forward with SwiGLU in gate | up's product: gate and up [N, F] = inp W^T (the
+// stacked weight gate then up, [2 F, IC]), and as soon as the product has written a block of
+// rows and columns of both, SwiGLU of it (kernels/swiglu.h) rounded straight into the down
+// projection's input operand in down_saved (gate and up still in the core's caches, not read
+// back from memory); then out = residual + act W_down^T (no bias) as
+// bf16_swiglu_linear_forward gives it. gate, up, out and both saved states carry the bits of
+// bf16_linear_forward_parts and then bf16_swiglu_linear_forward. gate_up_saved,
+// gate_up_operand: as bf16_linear_forward_parts's saved and weight_operand (OC = 2 F);
+// down_saved, down_operand: as bf16_swiglu_linear_forward's (IC = F, OC = C). scratch: enough
+// for both layers. Only where bf16_swiglu_mlp_forward_runs.
+bool bf16_swiglu_mlp_forward_runs(int N, int C, int F);
+void bf16_swiglu_mlp_forward(float* out, float* gate, float* up, float* gate_up_saved,
+                             float* down_saved, const float* inp, const float* gate_up_w,
+                             const float* down_w, const float* residual, int N, int C, int F,
+                             float* scratch, float* gate_up_operand = nullptr,
+                             float* down_operand = nullptr);
+
 // Llama's gate | up (sibling layers of width F each, stacked weight gate then up) backward
 // from the gradient of SwiGLU's output, dact [N, F], with SwiGLU's backward (kernels/swiglu.h,
 // over gate and up [N, F]) done as the output gradients are rounded into the AMX tiles, so that

@@ -229,18 +229,19 @@ float Llama::forward(const int32_t* tokens, const int32_t* targets, int B, int T
     record(pfx, "self_attn.o_proj", branch_, {B, T, C});
     // h = RMSNorm(x);  x = x + (silu(h Wgate^T) * (h Wup^T)) Wdown^T
     nx_.rmsnorm_forward(a.ln2, a.ln2_rstd, a.res1, w.ln2_w, N, C, eps);
-    nx_.linear_forward_siblings({a.gate, a.up}, a.ln2_saved, a.ln2, {w.gate_w, w.up_w}, {F, F}, N,
-                                C);
-    // A profile may fuse SwiGLU into the down projection's input and skip writing act, and add
-    // the residual to each block of the product as it is written, which a recorder then would
-    // not get: with one, they run apart.
+    // A profile may run SwiGLU on gate | up's product as it is written, straight into the down
+    // projection's input, and add the residual to the down projection's product likewise,
+    // skipping act and the projection's own output, which a recorder then would not get: with
+    // one, they run apart.
     if (recording()) {
+      nx_.linear_forward_siblings({a.gate, a.up}, a.ln2_saved, a.ln2, {w.gate_w, w.up_w}, {F, F}, N,
+                                  C);
       nx_.swiglu_forward(a.act, a.gate, a.up, NF);
       nx_.linear_residual_forward(a.res2, branch_, a.down_saved, a.act, w.down_w, nullptr, a.res1,
                                   N, F, C);
     } else {
-      nx_.swiglu_linear_forward(a.res2, a.down_saved, a.act, a.gate, a.up, w.down_w, a.res1, N, F,
-                                C);
+      nx_.swiglu_mlp_forward(a.res2, a.gate, a.up, a.act, a.ln2_saved, a.down_saved, a.ln2,
+                             w.gate_w, w.up_w, w.down_w, a.res1, N, C, F);
     }
     record(pfx, "res_1", a.res1, {B, T, C});
     record(pfx, "post_attention_layernorm", a.ln2, {B, T, C});

@@ -228,6 +228,27 @@ class Bf16Numerics final : public Numerics {
                                   weight_slot(weight, F, OC, true), residual);
   }
 
+  // On forge's AMX kernel, with gate's and up's weights back to back as one stacked layer,
+  // SwiGLU runs on each block of their product as it is written, into the down projection's
+  // input operand (kernels/bf16_gemm.h).
+  bool fuses_swiglu_mlp_forward(const float* gate_w, const float* up_w, int N, int C,
+                                int F) const override {
+    return up_w == gate_w + static_cast<size_t>(F) * C && k::bf16_swiglu_mlp_forward_runs(N, C, F);
+  }
+  void swiglu_mlp_forward(float* out, float* gate, float* up, float* act, float* gate_up_saved,
+                          float* down_saved, const float* inp, const float* gate_w,
+                          const float* up_w, const float* down_w, const float* residual, int N,
+                          int C, int F) override {
+    if (!fuses_swiglu_mlp_forward(gate_w, up_w, N, C, F) || !gate_up_saved || !down_saved)
+      return Numerics::swiglu_mlp_forward(out, gate, up, act, gate_up_saved, down_saved, inp,
+                                          gate_w, up_w, down_w, residual, N, C, F);
+    scratch_for(N, F, C);  // checks that the plan covers the down projection too
+    k::bf16_swiglu_mlp_forward(out, gate, up, gate_up_saved, down_saved, inp, gate_w, down_w,
+                               residual, N, C, F, scratch_for(N, C, 2 * F),
+                               weight_slot(gate_w, C, 2 * F, true),
+                               weight_slot(down_w, F, C, true));
+  }
+
   // On forge's AMX kernel, with gate's and up's weights (and gradients) back to back as one
   // stacked layer, SwiGLU's backward runs inside the rounding of the output gradients into the
   // tiles (kernels/bf16_gemm.h).

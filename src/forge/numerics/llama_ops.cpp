@@ -3,8 +3,8 @@
 // the profile gives room, else one by one). Every profile inherits them until it overrides an
 // op with its own arithmetic (torch-cpu's bit-for-bit replica, bf16, CUDA). Also the fused
 // ops' defaults, each the profile's own ops one after the other (linear then GELU; GELU's or
-// SwiGLU's backward then the linear layers'; SwiGLU then the linear layer; a norm's backward
-// then the residual's add; a linear layer then the residual's add).
+// SwiGLU's backward then the linear layers'; SwiGLU then the linear layer; gate | up, then
+// that; a norm's backward then the residual's add; a linear layer then the residual's add).
 #include "forge/core/error.h"
 #include "forge/kernels/gqa_attention.h"
 #include "forge/kernels/rmsnorm.h"
@@ -75,6 +75,14 @@ void Numerics::swiglu_linear_forward(float* out, float* saved, float* act, const
                                      int N, int F, int OC) {
   swiglu_forward(act, gate, up, static_cast<size_t>(N) * F);
   linear_residual_forward(out, nullptr, saved, act, weight, nullptr, residual, N, F, OC);
+}
+
+void Numerics::swiglu_mlp_forward(float* out, float* gate, float* up, float* act,
+                                  float* gate_up_saved, float* down_saved, const float* inp,
+                                  const float* gate_w, const float* up_w, const float* down_w,
+                                  const float* residual, int N, int C, int F) {
+  linear_forward_siblings({gate, up}, gate_up_saved, inp, {gate_w, up_w}, {F, F}, N, C);
+  swiglu_linear_forward(out, down_saved, act, gate, up, down_w, residual, N, F, C);
 }
 
 void Numerics::swiglu_linear_backward(float* dinp, float* scratch, float* dgate, float* dup,

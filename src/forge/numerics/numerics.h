@@ -204,6 +204,22 @@ class Numerics {
     (void)N, (void)F, (void)OC;
     return false;
   }
+  // Llama's whole MLP forward and the residual stream's update after it: gate, up =
+  // linear_forward_siblings({gate, up}, gate_up_saved, inp, {gate_w, up_w}, {F, F}, N, C),
+  // then swiglu_linear_forward(out, down_saved, act, gate, up, down_w, residual, N, F, C); the
+  // default does exactly that. A profile that fuses them (fuses_swiglu_mlp_forward: SwiGLU
+  // done on each block of gate | up's product as it is written) gives the same out, gate, up
+  // and saved states and may leave act unwritten.
+  virtual void swiglu_mlp_forward(float* out, float* gate, float* up, float* act,
+                                  float* gate_up_saved, float* down_saved, const float* inp,
+                                  const float* gate_w, const float* up_w, const float* down_w,
+                                  const float* residual, int N, int C, int F);
+  // Whether it runs fused for these weights (gate's and up's back to back) and shape.
+  virtual bool fuses_swiglu_mlp_forward(const float* gate_w, const float* up_w, int N, int C,
+                                        int F) const {
+    (void)gate_w, (void)up_w, (void)N, (void)C, (void)F;
+    return false;
+  }
   // Llama's gate | up backward from the gradient of SwiGLU's output dact [N, F]: dgate, dup =
   // swiglu_backward(dact, gate, up), then linear_backward_siblings of gate and up (widths F,
   // F) with them; the default does exactly that. A profile that fuses the two

@@ -102,6 +102,18 @@ void TimedNumerics::swiglu_linear_forward(float* out, float* saved, float* act, 
   timed(residual ? "swiglu + linear + residual add fwd" : "swiglu + linear fwd",
         [&] { inner_->swiglu_linear_forward(out, saved, act, gate, up, w, residual, N, F, OC); });
 }
+void TimedNumerics::swiglu_mlp_forward(float* out, float* gate, float* up, float* act,
+                                       float* gate_up_saved, float* down_saved, const float* inp,
+                                       const float* gate_w, const float* up_w, const float* down_w,
+                                       const float* residual, int N, int C, int F) {
+  if (!inner_->fuses_swiglu_mlp_forward(gate_w, up_w, N, C, F))
+    return Numerics::swiglu_mlp_forward(out, gate, up, act, gate_up_saved, down_saved, inp, gate_w,
+                                        up_w, down_w, residual, N, C, F);
+  timed("gate|up + swiglu + down + residual add fwd", [&] {
+    inner_->swiglu_mlp_forward(out, gate, up, act, gate_up_saved, down_saved, inp, gate_w, up_w,
+                               down_w, residual, N, C, F);
+  });
+}
 void TimedNumerics::swiglu_linear_backward(float* dinp, float* scratch, float* dgate, float* dup,
                                            float* dgate_w, float* dup_w, const float* dact,
                                            const float* gate, const float* up, const float* inp,

@@ -84,6 +84,14 @@ class TimedNumerics final : public Numerics {
   bool fuses_swiglu_linear_forward(int N, int F, int OC) const override {
     return inner_->fuses_swiglu_linear_forward(N, F, OC);
   }
+  void swiglu_mlp_forward(float* out, float* gate, float* up, float* act, float* gate_up_saved,
+                          float* down_saved, const float* inp, const float* gate_w,
+                          const float* up_w, const float* down_w, const float* residual, int N,
+                          int C, int F) override;
+  bool fuses_swiglu_mlp_forward(const float* gate_w, const float* up_w, int N, int C,
+                                int F) const override {
+    return inner_->fuses_swiglu_mlp_forward(gate_w, up_w, N, C, F);
+  }
   void swiglu_linear_backward(float* dinp, float* scratch, float* dgate, float* dup, float* dgate_w,
                               float* dup_w, const float* dact, const float* gate, const float* up,
                               const float* inp, const float* gate_w, const float* up_w,

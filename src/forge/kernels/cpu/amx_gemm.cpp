@@ -180,6 +180,8 @@ void amx_gemm(const AmxC& c, const AmxA& a, const float* b_packed, const float* 
     columns += c.width[i];
   }
   FORGE_CHECK(columns == N, "amx_gemm: output parts of {} columns for {}", columns, N);
+  FORGE_CHECK(!c.paired || (c.count == 2 && c.width[0] == c.width[1]),
+              "amx_gemm: paired output parts must be two of one width");
   const int k_tiles = K / 32, pass = columns_per_pass(N, K);
   const int rows_per_step = (32 + k_tiles - 1) / k_tiles;
   const auto* b = reinterpret_cast<const uint16_t*>(b_packed);
@@ -209,59 +211,79 @@ void amx_gemm(const AmxC& c, const AmxA& a, const float* b_packed, const float* 
           break;
       }
     configure_tiles();
-    for (int n_lo = 0; n_lo < N; n_lo += pass) {
-      const int n_hi = std::min(N, n_lo + pass);
-      for (int mb = first; mb < last; ++mb) {
-        const uint16_t* a_tiles = a_packed + pair_at(mb, 0, k_tiles) * 2;
-        int part = 0, part_start = 0;  // the part holding column n0
-        for (int n0 = n_lo; n0 < n_hi; n0 += 32) {
-          while (n0 >= part_start + c.width[part]) part_start += c.width[part++];
-          // Bias rows as the accumulators' start (a row stride of 0 repeats one row).
-          if (bias) {
-            _tile_loadd(0, bias + n0, 0);
-            _tile_loadd(1, bias + n0 + 16, 0);
-            _tile_loadd(2, bias + n0, 0);
-            _tile_loadd(3, bias + n0 + 16, 0);
-          } else {
-            _tile_zero(0);
-            _tile_zero(1);
-            _tile_zero(2);
-            _tile_zero(3);
+    // C's 32 x 32 block at rows 32 mb and C's column n0, in part `part` (first column
+    // part_start), over all of K.
+    const auto block = [&](int mb, int n0, int part, int part_start) {
+      // Bias rows as the accumulators' start (a row stride of 0 repeats one row).
+      if (bias) {
+        _tile_loadd(0, bias + n0, 0);
+        _tile_loadd(1, bias + n0 + 16, 0);
+        _tile_loadd(2, bias + n0, 0);
+        _tile_loadd(3, bias + n0 + 16, 0);
+      } else {
+        _tile_zero(0);
+        _tile_zero(1);
+        _tile_zero(2);
+        _tile_zero(3);
+      }
+      const uint16_t* a_tiles = a_packed + pair_at(mb, 0, k_tiles) * 2;
+      const uint16_t* b_tiles = b + pair_at(n0 / 32, 0, k_tiles) * 2;
+      const size_t ld = static_cast<size_t>(c.ld[part]);
+      float* out = c.out[part] + 32 * mb * ld + (n0 - part_start);
+      const size_t at = static_cast<size_t>(32 * mb) * after.ld + n0;  // in after.reads
+      for (int kb = 0; kb < k_tiles; ++kb) {
+        // The block's 32 rows of C (two lines each) asked for, for writing, a few rows a
+        // step: a layer's output is cold, and the stores below would wait for its lines.
+        // Likewise what the epilogue reads.
+        for (int r = kb * rows_per_step; r < std::min(32, (kb + 1) * rows_per_step); ++r) {
+          __builtin_prefetch(out + r * ld, 1, 3);
+          __builtin_prefetch(out + r * ld + 16, 1, 3);
+          if (after.reads) {
+            __builtin_prefetch(after.reads + at + r * after.ld, 0, 3);
+            __builtin_prefetch(after.reads + at + r * after.ld + 16, 0, 3);
           }
-          const uint16_t* b_tiles = b + pair_at(n0 / 32, 0, k_tiles) * 2;
-          const size_t ld = static_cast<size_t>(c.ld[part]);
-          float* out = c.out[part] + 32 * mb * ld + (n0 - part_start);
-          const size_t at = static_cast<size_t>(32 * mb) * after.ld + n0;  // in after.reads
-          for (int kb = 0; kb < k_tiles; ++kb) {
-            // The block's 32 rows of C (two lines each) asked for, for writing, a few rows a
-            // step: a layer's output is cold, and the stores below would wait for its lines.
-            // Likewise what the epilogue reads.
-            for (int r = kb * rows_per_step; r < std::min(32, (kb + 1) * rows_per_step); ++r) {
-              __builtin_prefetch(out + r * ld, 1, 3);
-              __builtin_prefetch(out + r * ld + 16, 1, 3);
-              if (after.reads) {
-                __builtin_prefetch(after.reads + at + r * after.ld, 0, 3);
-                __builtin_prefetch(after.reads + at + r * after.ld + 16, 0, 3);
-              }
-            }
-            const uint16_t* ak = a_tiles + kb * kPairWords * 2;
-            const uint16_t* bk = b_tiles + kb * kPairWords * 2;
-            _tile_loadd(4, ak, 64);
-            _tile_loadd(5, ak + kTileWords * 2, 64);
-            _tile_loadd(6, bk, 64);
-            _tile_loadd(7, bk + kTileWords * 2, 64);
-            _tile_dpbf16ps(0, 4, 6);
-            _tile_dpbf16ps(1, 4, 7);
-            _tile_dpbf16ps(2, 5, 6);
-            _tile_dpbf16ps(3, 5, 7);
-          }
-          _tile_stored(0, out, ld * 4);
-          _tile_stored(1, out + 16, ld * 4);
-          _tile_stored(2, out + 16 * ld, ld * 4);
-          _tile_stored(3, out + 16 * ld + 16, ld * 4);
         }
-        // The block's rows across the pass: 32 x up to 1 MiB / (2 K) values, in L2.
-        if (after.apply) after.apply(after.context, 32 * mb, 32 * mb + 32, n_lo, n_hi);
+        const uint16_t* ak = a_tiles + kb * kPairWords * 2;
+        const uint16_t* bk = b_tiles + kb * kPairWords * 2;
+        _tile_loadd(4, ak, 64);
+        _tile_loadd(5, ak + kTileWords * 2, 64);
+        _tile_loadd(6, bk, 64);
+        _tile_loadd(7, bk + kTileWords * 2, 64);
+        _tile_dpbf16ps(0, 4, 6);
+        _tile_dpbf16ps(1, 4, 7);
+        _tile_dpbf16ps(2, 5, 6);
+        _tile_dpbf16ps(3, 5, 7);
+      }
+      _tile_stored(0, out, ld * 4);
+      _tile_stored(1, out + 16, ld * 4);
+      _tile_stored(2, out + 16 * ld, ld * 4);
+      _tile_stored(3, out + 16 * ld + 16, ld * 4);
+    };
+    if (c.paired) {
+      // Part 0's block j, then part 1's block j: a pass covers the same columns of both.
+      const int width = c.width[0], pass_blocks = std::max(1, pass / 64);
+      for (int j_lo = 0; j_lo < width / 32; j_lo += pass_blocks) {
+        const int j_hi = std::min(width / 32, j_lo + pass_blocks);
+        for (int mb = first; mb < last; ++mb) {
+          for (int j = j_lo; j < j_hi; ++j) {
+            block(mb, 32 * j, 0, 0);
+            block(mb, width + 32 * j, 1, width);
+          }
+          if (after.apply) after.apply(after.context, 32 * mb, 32 * mb + 32, 32 * j_lo, 32 * j_hi);
+        }
+      }
+    } else {
+      for (int n_lo = 0; n_lo < N; n_lo += pass) {
+        const int n_hi = std::min(N, n_lo + pass);
+        for (int mb = first; mb < last; ++mb) {
+          int part = 0, part_start = 0;  // the part holding column n0
+          for (int n0 = n_lo; n0 < n_hi; n0 += 32) {
+            while (n0 >= part_start + c.width[part]) part_start += c.width[part++];
+            block(mb, n0, part, part_start);
+          }
+          // The block's rows across the pass: 32 x up to 1 MiB / (2 K) values, in L2.
+          if (after.apply) after.apply(after.context, 32 * mb, 32 * mb + 32, n_lo, n_hi);
+        }
       }
     }
     release_tiles();

@@ -64,11 +64,15 @@ inline size_t amx_tiles_index(int m, int k, int K) {
 // Where C goes: its columns in parts side by side, part i (columns [start, start + width[i]))
 // at out[i] with rows ld[i] apart; widths multiples of 32. One part is a plain matrix; several
 // are sibling layers' outputs, each in its own buffer (Llama's q | k | v, gate | up).
+// paired: two parts of one width whose columns go together (gate | up, for SwiGLU): the
+// kernel computes part 0's columns and then the same columns of part 1 before it moves on,
+// and the epilogue's columns (below) are part 0's, the same columns of part 1 being final too.
 struct AmxC {
   static constexpr int kMaxParts = 4;
   int count = 0;
   float* out[kMaxParts] = {};
   int width[kMaxParts] = {}, ld[kMaxParts] = {};
+  bool paired = false;
 };
 // C as one [M, N] matrix, rows ldc apart.
 AmxC amx_c(float* c, int ldc, int N);
