@@ -675,6 +675,65 @@ TEST(AmxGemm, ProductMatchesFloat64OnEveryTeam) {
   }
 }
 
+// A huge K over a narrow C, where amx_k_chunk splits K (the tied classifier's dout W): the
+// bits of the whole-K product, with a bias and an epilogue that reads a residual, for the
+// automatic chunk and one that leaves a short last chunk, on 1 and 3 threads; and near
+// float64.
+TEST(AmxGemm, KInChunksGivesTheWholeSumsBitForBit) {
+  if (!cpu::amx_tiles_available()) GTEST_SKIP() << "no usable AMX tiles on this CPU";
+  const int M = 96, N = 96, K = 12288;
+  for (int threads : {1, 2, 3}) EXPECT_LT(cpu::amx_k_chunk(M, N, K, threads), K);
+  EXPECT_EQ(cpu::amx_k_chunk(2048, 2816, 512, 2), 512);  // llama-small's gate | up: whole
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  std::vector<uint16_t> a(size_t(M) * K), bt(size_t(N) * K);
+  const Floats af = random_floats(a.size(), 97), bf = random_floats(bt.size(), 98),
+               bias = random_floats(N, 99), residual = random_floats(size_t(M) * N, 100);
+  for (size_t i = 0; i < a.size(); ++i) a[i] = scalar::bf16_bits(af[i]);
+  for (size_t i = 0; i < bt.size(); ++i) bt[i] = scalar::bf16_bits(bf[i]);
+  Floats b_packed(cpu::amx_packed_floats(N, K)), room(cpu::amx_packed_floats(M, K));
+  cpu::amx_pack_b_transposed(b_packed.data(), bt.data(), K, K, N);
+  struct AddResidual {
+    float* c;
+    const float* r;
+    static void apply(const void* context, int m0, int m1, int n0, int n1) {
+      const auto& e = *static_cast<const AddResidual*>(context);
+      for (int m = m0; m < m1; ++m)
+        for (int n = n0; n < n1; ++n) e.c[size_t(m) * N + n] += e.r[size_t(m) * N + n];
+    }
+  };
+  const auto product = [&](int k_chunk) {
+    Floats c(size_t(M) * N, nan);
+    const AddResidual add{c.data(), residual.data()};
+    cpu::amx_gemm(cpu::amx_c(c.data(), N, N), {a.data(), K, cpu::AmxLayout::kRows, room.data()},
+                  b_packed.data(), bias.data(), M, N, K,
+                  {&AddResidual::apply, &add, residual.data(), size_t(N)}, k_chunk);
+    return c;
+  };
+  const int saved_threads = omp_get_max_threads();
+  omp_set_num_threads(1);
+  const Floats whole = product(K);
+  for (int threads : {1, 3}) {
+    omp_set_num_threads(threads);
+    for (int k_chunk : {0, 5000 / 32 * 32}) {
+      SCOPED_TRACE(testing::Message() << threads << " threads, chunk " << k_chunk);
+      const Floats split = product(k_chunk);
+      EXPECT_EQ(std::memcmp(split.data(), whole.data(), whole.size() * sizeof(float)), 0);
+    }
+  }
+  omp_set_num_threads(saved_threads);
+  double worst = 0.0;
+  for (int m = 0; m < M; m += 7)
+    for (int n = 0; n < N; ++n) {
+      double want = double(bias[n]) + residual[size_t(m) * N + n];
+      for (int k = 0; k < K; ++k)
+        want += double(scalar::bf16_to_float(a[size_t(m) * K + k])) *
+                scalar::bf16_to_float(bt[size_t(n) * K + k]);
+      worst = std::max(worst, std::fabs(whole[size_t(m) * N + n] - want) / (1.0 + std::fabs(want)));
+    }
+  EXPECT_LT(worst, 1e-5 * std::sqrt(double(K)));
+  EXPECT_THROW(product(48), forge::Error);  // not a multiple of 32
+}
+
 // Paired output parts (gate | up): the kernel walks part 0's columns and part 1's same columns
 // together, giving each element the bits of the plain two-part product; the epilogue sees
 // every row block once per pass, its columns part 0's, with the same columns of both parts

@@ -50,6 +50,18 @@ int columns_per_pass(int N, int K) {
 
 }  // namespace
 
+int amx_k_chunk(int M, int N, int K, int threads) {
+  const int pass = columns_per_pass(N, K);
+  constexpr size_t kBytes = size_t{1} << 20;
+  const int chunk = static_cast<int>(kBytes / (static_cast<size_t>(N) * 2) / 32 * 32);
+  if (pass >= N || chunk < 256 || chunk >= K) return K;
+  const double rows = static_cast<double>(M) / std::max(1, threads);
+  const double a_share = rows * K * 2, b = static_cast<double>(N) * K * 2, c_share = rows * N * 4;
+  const int passes = (N + pass - 1) / pass, chunks = (K + chunk - 1) / chunk;
+  const double whole = a_share * passes + b, split = a_share + b + 2 * c_share * (chunks - 1);
+  return split < 0.75 * whole ? chunk : K;
+}
+
 #pragma GCC push_options
 #pragma GCC target("avx512f,avx512bw,avx512vl,amx-tile,amx-bf16")
 
@@ -170,7 +182,7 @@ void amx_pack_b(float* packed, const uint16_t* b, int ld, int K, int N) {
 }
 
 void amx_gemm(const AmxC& c, const AmxA& a, const float* b_packed, const float* bias, int M, int N,
-              int K, const AmxEpilogue& after) {
+              int K, const AmxEpilogue& after, int k_chunk) {
   FORGE_CHECK(amx_gemm_fits(M, N, K), "amx_gemm: {} x {} x {} is not whole tiles", M, N, K);
   FORGE_CHECK(c.count >= 1 && c.count <= AmxC::kMaxParts, "amx_gemm: {} output parts", c.count);
   int columns = 0;
@@ -183,7 +195,11 @@ void amx_gemm(const AmxC& c, const AmxA& a, const float* b_packed, const float* 
   FORGE_CHECK(!c.paired || (c.count == 2 && c.width[0] == c.width[1]),
               "amx_gemm: paired output parts must be two of one width");
   const int k_tiles = K / 32, pass = columns_per_pass(N, K);
-  const int rows_per_step = (32 + k_tiles - 1) / k_tiles;
+  FORGE_CHECK(k_chunk >= 0 && k_chunk % 32 == 0, "amx_gemm: K chunk {}", k_chunk);
+  const int chunk =
+      c.paired ? K
+               : (k_chunk > 0 ? std::min(k_chunk, K) : amx_k_chunk(M, N, K, omp_get_max_threads()));
+  const int rows_per_step = (32 + chunk / 32 - 1) / (chunk / 32);
   const auto* b = reinterpret_cast<const uint16_t*>(b_packed);
   const uint16_t* a_packed =
       a.layout == AmxLayout::kTiles ? a.data : reinterpret_cast<const uint16_t*>(a.room);
@@ -212,10 +228,18 @@ void amx_gemm(const AmxC& c, const AmxA& a, const float* b_packed, const float* 
       }
     configure_tiles();
     // C's 32 x 32 block at rows 32 mb and C's column n0, in part `part` (first column
-    // part_start), over all of K.
-    const auto block = [&](int mb, int n0, int part, int part_start) {
-      // Bias rows as the accumulators' start (a row stride of 0 repeats one row).
-      if (bias) {
+    // part_start), over K steps [kb0, kb1): from the bias (or zero) at K's start, else from
+    // what the previous chunk of K stored (fp32 stored and loaded exactly: each element's sum
+    // runs through the same instructions in the same order either way).
+    const auto block = [&](int mb, int n0, int part, int part_start, int kb0, int kb1) {
+      const size_t ld = static_cast<size_t>(c.ld[part]);
+      float* out = c.out[part] + 32 * mb * ld + (n0 - part_start);
+      if (kb0 > 0) {
+        _tile_loadd(0, out, ld * 4);
+        _tile_loadd(1, out + 16, ld * 4);
+        _tile_loadd(2, out + 16 * ld, ld * 4);
+        _tile_loadd(3, out + 16 * ld + 16, ld * 4);
+      } else if (bias) {  // bias rows (a row stride of 0 repeats one row)
         _tile_loadd(0, bias + n0, 0);
         _tile_loadd(1, bias + n0 + 16, 0);
         _tile_loadd(2, bias + n0, 0);
@@ -228,17 +252,17 @@ void amx_gemm(const AmxC& c, const AmxA& a, const float* b_packed, const float* 
       }
       const uint16_t* a_tiles = a_packed + pair_at(mb, 0, k_tiles) * 2;
       const uint16_t* b_tiles = b + pair_at(n0 / 32, 0, k_tiles) * 2;
-      const size_t ld = static_cast<size_t>(c.ld[part]);
-      float* out = c.out[part] + 32 * mb * ld + (n0 - part_start);
       const size_t at = static_cast<size_t>(32 * mb) * after.ld + n0;  // in after.reads
-      for (int kb = 0; kb < k_tiles; ++kb) {
+      const bool final = kb1 == k_tiles;
+      for (int kb = kb0; kb < kb1; ++kb) {
         // The block's 32 rows of C (two lines each) asked for, for writing, a few rows a
         // step: a layer's output is cold, and the stores below would wait for its lines.
         // Likewise what the epilogue reads.
-        for (int r = kb * rows_per_step; r < std::min(32, (kb + 1) * rows_per_step); ++r) {
+        const int step = kb - kb0;
+        for (int r = step * rows_per_step; r < std::min(32, (step + 1) * rows_per_step); ++r) {
           __builtin_prefetch(out + r * ld, 1, 3);
           __builtin_prefetch(out + r * ld + 16, 1, 3);
-          if (after.reads) {
+          if (after.reads && final) {
             __builtin_prefetch(after.reads + at + r * after.ld, 0, 3);
             __builtin_prefetch(after.reads + at + r * after.ld + 16, 0, 3);
           }
@@ -266,23 +290,28 @@ void amx_gemm(const AmxC& c, const AmxA& a, const float* b_packed, const float* 
         const int j_hi = std::min(width / 32, j_lo + pass_blocks);
         for (int mb = first; mb < last; ++mb) {
           for (int j = j_lo; j < j_hi; ++j) {
-            block(mb, 32 * j, 0, 0);
-            block(mb, width + 32 * j, 1, width);
+            block(mb, 32 * j, 0, 0, 0, k_tiles);
+            block(mb, width + 32 * j, 1, width, 0, k_tiles);
           }
           if (after.apply) after.apply(after.context, 32 * mb, 32 * mb + 32, 32 * j_lo, 32 * j_hi);
         }
       }
     } else {
-      for (int n_lo = 0; n_lo < N; n_lo += pass) {
-        const int n_hi = std::min(N, n_lo + pass);
-        for (int mb = first; mb < last; ++mb) {
-          int part = 0, part_start = 0;  // the part holding column n0
-          for (int n0 = n_lo; n0 < n_hi; n0 += 32) {
-            while (n0 >= part_start + c.width[part]) part_start += c.width[part++];
-            block(mb, n0, part, part_start);
+      for (int kb0 = 0; kb0 < k_tiles; kb0 += chunk / 32) {
+        const int kb1 = std::min(k_tiles, kb0 + chunk / 32);
+        const int chunk_pass = columns_per_pass(N, 32 * (kb1 - kb0));
+        for (int n_lo = 0; n_lo < N; n_lo += chunk_pass) {
+          const int n_hi = std::min(N, n_lo + chunk_pass);
+          for (int mb = first; mb < last; ++mb) {
+            int part = 0, part_start = 0;  // the part holding column n0
+            for (int n0 = n_lo; n0 < n_hi; n0 += 32) {
+              while (n0 >= part_start + c.width[part]) part_start += c.width[part++];
+              block(mb, n0, part, part_start, kb0, kb1);
+            }
+            // The block's rows across the pass: 32 x up to 1 MiB / (2 K) values, in L2.
+            if (after.apply && kb1 == k_tiles)
+              after.apply(after.context, 32 * mb, 32 * mb + 32, n_lo, n_hi);
           }
-          // The block's rows across the pass: 32 x up to 1 MiB / (2 K) values, in L2.
-          if (after.apply) after.apply(after.context, 32 * mb, 32 * mb + 32, n_lo, n_hi);
         }
       }
     }

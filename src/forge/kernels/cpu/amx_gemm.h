@@ -92,10 +92,21 @@ struct AmxEpilogue {
   size_t ld = 0;
 };
 
+// The run of K that amx_gemm's passes over B's columns multiply over, for `threads` threads:
+// all of K, unless streaming each thread's share of A once per pass (passes of 1 MiB of B)
+// would move clearly more than splitting K into chunks short enough that one pass covers every
+// column: A's share then streams once and B once, and C's share goes to memory and back
+// between chunks. That is the case of a huge K with a narrow C: the tied classifier's dout W
+// at gpt2-124m (K = 50304, N = 768), where A's share would stream 24 times.
+int amx_k_chunk(int M, int N, int K, int threads);
+
 // C = A B + bias (bias, N values, may be null), B from an amx_pack_b*: C[m, n] = sum_k A[m, k]
 // B[k, n] + bias[n], then `after` on each block of C. Requires amx_tiles_available(),
 // amx_gemm_fits(M, N, K) and c's widths summing to N.
+// k_chunk: the run of K per pass, a multiple of 32 (0: amx_k_chunk's). The bits do not depend
+// on it: each element's sum runs through the same tile instructions in the same order, held
+// in fp32 in memory between chunks (exact).
 void amx_gemm(const AmxC& c, const AmxA& a, const float* b_packed, const float* bias, int M, int N,
-              int K, const AmxEpilogue& after = {});
+              int K, const AmxEpilogue& after = {}, int k_chunk = 0);
 
 }  // namespace forge::kernels::cpu
