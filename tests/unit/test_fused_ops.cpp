@@ -17,6 +17,7 @@
 #include "forge/model/model.h"
 #include "forge/model/params.h"
 #include "forge/numerics/numerics.h"
+#include "forge/numerics/timed.h"
 
 namespace {
 
@@ -53,10 +54,12 @@ struct Step {
 };
 
 // Two steps (forward, backward, AdamW) of a fresh model, the second's loss and gradients
-// returned; with a recorder listening when `recorder` is not null.
+// returned; with a recorder listening when `recorder` is not null, and the ops timed as
+// `forge bench --breakdown` times them when `labels` is not null (their names go there).
 Step two_steps(const ModelConfig& cfg, const std::string& profile, int B, int T,
-               CountingRecorder* recorder) {
+               CountingRecorder* recorder, std::vector<std::string>* labels = nullptr) {
   std::unique_ptr<Numerics> nx = make_numerics(profile);
+  TimedNumerics* timer = labels ? TimedNumerics::wrap(nx) : nullptr;
   std::unique_ptr<Model> model = make_model(cfg, B, T, *nx);
   model->init_weights(7);
   model->set_recorder(recorder);
@@ -77,6 +80,8 @@ Step two_steps(const ModelConfig& cfg, const std::string& profile, int B, int T,
     nx->optimizer_step(refs.data(), static_cast<int>(refs.size()),
                        {1e-3, 0.9, 0.95, 1e-8, 0.1, 1.0, step});
   }
+  if (timer)
+    for (const auto& [label, seconds] : timer->seconds()) labels->push_back(label);
   return last;
 }
 
@@ -101,6 +106,19 @@ TEST(FusedOps, ModelsTrainTheSameWithAndWithoutARecorder) {
             std::memcmp(fused.grads.data(), apart.grads.data(), fused.grads.size() * sizeof(float)),
             0);
       }
+}
+
+// The breakdown's op names, fused ones included, are cells of a Markdown table: no '|'.
+TEST(FusedOps, BreakdownNamesFitAMarkdownCell) {
+  for (const std::string family : {"gpt2", "llama"})
+    for (const std::string& profile : numerics_profiles()) {
+      SCOPED_TRACE(family + " under " + profile);
+      std::vector<std::string> labels;
+      two_steps(config(family, 64, 160), profile, 4, 32, nullptr, &labels);
+      EXPECT_GT(labels.size(), 5u);
+      for (const std::string& label : labels)
+        EXPECT_EQ(label.find('|'), std::string::npos) << label;
+    }
 }
 
 // Not vacuous on a CPU with AMX: there the bf16 profile fuses every op above on the whole-tile

@@ -242,10 +242,12 @@ class Bf16Numerics final : public Numerics {
     if (!fuses_swiglu_mlp_forward(gate_w, up_w, N, C, F) || !gate_up_saved || !down_saved)
       return Numerics::swiglu_mlp_forward(out, gate, up, act, gate_up_saved, down_saved, inp,
                                           gate_w, up_w, down_w, residual, N, C, F);
-    scratch_for(N, F, C);  // checks that the plan covers the down projection too
+    // One scratch serves both layers, one after the other; scratch_for checks that the plan
+    // covers each.
+    scratch_for(N, F, C);
+    float* scratch = scratch_for(N, C, 2 * F);
     k::bf16_swiglu_mlp_forward(out, gate, up, gate_up_saved, down_saved, inp, gate_w, down_w,
-                               residual, N, C, F, scratch_for(N, C, 2 * F),
-                               weight_slot(gate_w, C, 2 * F, true),
+                               residual, N, C, F, scratch, weight_slot(gate_w, C, 2 * F, true),
                                weight_slot(down_w, F, C, true));
   }
 

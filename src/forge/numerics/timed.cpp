@@ -109,7 +109,7 @@ void TimedNumerics::swiglu_mlp_forward(float* out, float* gate, float* up, float
   if (!inner_->fuses_swiglu_mlp_forward(gate_w, up_w, N, C, F))
     return Numerics::swiglu_mlp_forward(out, gate, up, act, gate_up_saved, down_saved, inp, gate_w,
                                         up_w, down_w, residual, N, C, F);
-  timed("gate|up + swiglu + down + residual add fwd", [&] {
+  timed("gate & up + swiglu + down + residual add fwd", [&] {
     inner_->swiglu_mlp_forward(out, gate, up, act, gate_up_saved, down_saved, inp, gate_w, up_w,
                                down_w, residual, N, C, F);
   });

@@ -103,9 +103,9 @@ int amx_k_chunk(int M, int N, int K, int threads);
 // C = A B + bias (bias, N values, may be null), B from an amx_pack_b*: C[m, n] = sum_k A[m, k]
 // B[k, n] + bias[n], then `after` on each block of C. Requires amx_tiles_available(),
 // amx_gemm_fits(M, N, K) and c's widths summing to N.
-// k_chunk: the run of K per pass, a multiple of 32 (0: amx_k_chunk's). The bits do not depend
-// on it: each element's sum runs through the same tile instructions in the same order, held
-// in fp32 in memory between chunks (exact).
+// k_chunk: the run of K per pass, a multiple of 32 (0: amx_k_chunk's; paired parts always run
+// all of K). The bits do not depend on it: each element's sum runs through the same tile
+// instructions in the same order, held in fp32 in memory between chunks (exact).
 void amx_gemm(const AmxC& c, const AmxA& a, const float* b_packed, const float* bias, int M, int N,
               int K, const AmxEpilogue& after = {}, int k_chunk = 0);
 
