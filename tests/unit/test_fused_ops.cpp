@@ -18,6 +18,7 @@
 #include "forge/model/params.h"
 #include "forge/numerics/numerics.h"
 #include "forge/numerics/timed.h"
+#include "training_step.h"
 
 namespace {
 
@@ -58,30 +59,16 @@ struct Step {
 // `forge bench --breakdown` times them when `labels` is not null (their names go there).
 Step two_steps(const ModelConfig& cfg, const std::string& profile, int B, int T,
                CountingRecorder* recorder, std::vector<std::string>* labels = nullptr) {
-  std::unique_ptr<Numerics> nx = make_numerics(profile);
-  TimedNumerics* timer = labels ? TimedNumerics::wrap(nx) : nullptr;
-  std::unique_ptr<Model> model = make_model(cfg, B, T, *nx);
-  model->init_weights(7);
-  model->set_recorder(recorder);
-  const ParamLayout& layout = model->layout();
-  FloatBuffer grads(layout.total_floats()), m(layout.total_floats()), v(layout.total_floats());
-  std::vector<ParamRef> refs =
-      param_refs(layout, model->params(), grads.data(), m.data(), v.data());
-  std::vector<int32_t> x(static_cast<size_t>(B) * T), y(x.size());
-  for (size_t i = 0; i < x.size(); ++i) {
-    x[i] = static_cast<int32_t>((i * 37 + 11) % cfg.vocab_size);
-    y[i] = static_cast<int32_t>((i * 53 + 7) % cfg.vocab_size);
-  }
+  forge_test::TrainingStep run(cfg, profile, B, T, 7, labels != nullptr);
+  run.model->set_recorder(recorder);
   Step last;
   for (int step = 1; step <= 2; ++step) {
-    last.loss = model->forward(x.data(), y.data(), B, T);
-    model->backward(1.0f, grads.data());
-    last.grads.assign(grads.data(), grads.data() + layout.total_floats());
-    nx->optimizer_step(refs.data(), static_cast<int>(refs.size()),
-                       {1e-3, 0.9, 0.95, 1e-8, 0.1, 1.0, step});
+    last.loss = run.forward_backward();
+    last.grads.assign(run.grads.data(), run.grads.data() + run.model->layout().total_floats());
+    run.update(step);
   }
-  if (timer)
-    for (const auto& [label, seconds] : timer->seconds()) labels->push_back(label);
+  if (run.timer)
+    for (const auto& [label, seconds] : run.timer->seconds()) labels->push_back(label);
   return last;
 }
 

@@ -23,6 +23,7 @@
 #include "forge/model/params.h"
 #include "forge/numerics/numerics.h"
 #include "forge/numerics/timed.h"
+#include "training_step.h"
 
 namespace {
 std::atomic<bool> g_counting{false};
@@ -88,30 +89,15 @@ Counts allocations_in_a_step(const std::string& family, const std::string& profi
   // T below block_size: the unused positions' path runs too. 86 x 24 = 2064 rows: from 2048
   // rows on, the linear layers' forward reorders its weight first in fp32 as in bf16
   // (cpu/onednn_matmul.h).
-  const int B = 86, T = 24;
-  const ModelConfig cfg = tiny_config(family);
-  std::unique_ptr<Numerics> nx = make_numerics(profile);
-  TimedNumerics* timer = timed ? TimedNumerics::wrap(nx) : nullptr;
-  std::unique_ptr<Model> model = make_model(cfg, B, T, *nx);
-  model->init_weights(5);
-  const ParamLayout& layout = model->layout();
-  FloatBuffer grads(layout.total_floats()), m(layout.total_floats()), v(layout.total_floats());
-  std::vector<ParamRef> refs =
-      param_refs(layout, model->params(), grads.data(), m.data(), v.data());
-  std::vector<int32_t> x(static_cast<size_t>(B) * T), y(x.size());
-  for (size_t i = 0; i < x.size(); ++i) {
-    x[i] = static_cast<int32_t>((i * 37 + 11) % cfg.vocab_size);
-    y[i] = static_cast<int32_t>((i * 53 + 7) % cfg.vocab_size);
-  }
+  forge_test::TrainingStep run(tiny_config(family), profile, 86, 24, 5, timed);
+  TimedNumerics* timer = run.timer;
   Counts during;
   for (int step = 1; step <= 3; ++step) {
     if (timer && step == 3) timer->reset();
     const long forge0 = g_allocations.load(), onednn0 = g_in_onednn.load();
     g_counting = step == 3;
-    model->forward(x.data(), y.data(), B, T);
-    model->backward(1.0f, grads.data());
-    nx->optimizer_step(refs.data(), static_cast<int>(refs.size()),
-                       {1e-3, 0.9, 0.95, 1e-8, 0.1, 1.0, step});
+    run.forward_backward();
+    run.update(step);
     g_counting = false;
     during = {g_allocations.load() - forge0, g_in_onednn.load() - onednn0};
   }

@@ -947,23 +947,18 @@ struct ResidualAfterProduct {
 };
 
 // out = inp W^T + bias, and with a residual (not null) out = residual + that: in the AMX
-// product's epilogue where it runs, else added after it.
+// product's epilogue where it runs, else added after bf16_linear_forward's product.
 void linear_forward_adding(float* out, float* saved, const float* inp, const float* residual,
                            const float* weight, const float* bias, int N, int IC, int OC,
                            float* scratch, bool inp_in_saved, float* weight_operand) {
-  const bool native = native_bf16_available();
-  if (residual && native && amx_linear_forward_runs(N, OC, IC)) {
+  if (residual && native_bf16_available() && amx_linear_forward_runs(N, OC, IC)) {
     const ResidualAfterProduct add{out, residual, static_cast<size_t>(OC)};
     forward_on<NativeBf16>(out, saved, inp, weight, bias, N, IC, OC, scratch, inp_in_saved,
                            weight_operand, {&ResidualAfterProduct::apply, &add, residual, add.ld});
     return;
   }
-  if (native)
-    forward_on<NativeBf16>(out, saved, inp, weight, bias, N, IC, OC, scratch, inp_in_saved,
-                           weight_operand);
-  else
-    forward_on<RoundedFp32>(out, saved, inp, weight, bias, N, IC, OC, scratch, inp_in_saved,
-                            weight_operand);
+  bf16_linear_forward(out, saved, inp, weight, bias, N, IC, OC, scratch, inp_in_saved,
+                      weight_operand);
   if (residual) add(out, residual, out, static_cast<size_t>(N) * OC);
 }
 
