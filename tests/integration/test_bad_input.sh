@@ -20,6 +20,9 @@ expect_error "bad FORGE_FLUSH_SUBNORMALS" "FORGE_FLUSH_SUBNORMALS: expected 0 or
 expect_error "bad FORGE_BF16_AMX" "FORGE_BF16_AMX: expected 0 or 1, got 'on'" \
   env FORGE_BF16_AMX=on "$FORGE" train --config good.json
 [ ! -e run ] || fail "bad FORGE_BF16_AMX: the run folder was written"
+expect_error "bad FORGE_BF16_NATIVE" "FORGE_BF16_NATIVE: expected 0 or 1, got 'false'" \
+  env FORGE_BF16_NATIVE=false "$FORGE" train --config good.json
+[ ! -e run ] || fail "bad FORGE_BF16_NATIVE: the run folder was written"
 
 # The llama family's own rules, each refused before any training starts.
 make_config llama.json "$SRC/configs/llama-tiny.json" train.steps=2 train.eval_interval=0 \

@@ -7,7 +7,6 @@
 #include <cstddef>
 #include <cstdlib>
 #include <span>
-#include <string>
 
 #ifdef FORGE_HAVE_DNNL
 #include <dnnl.h>
@@ -15,6 +14,7 @@
 #include "forge/kernels/cpu/onednn_matmul.h"
 #endif
 
+#include "forge/core/env.h"
 #include "forge/core/error.h"
 #include "forge/kernels/cpu/amx.h"
 #include "forge/kernels/cpu/amx_gemm.h"
@@ -445,8 +445,7 @@ bool amx_linear_backward_runs(int N, int IC, int OC) {
 
 bool native_bf16_available() {
   static const bool yes = [] {
-    if (const char* v = std::getenv("FORGE_BF16_NATIVE"); v && std::string(v) == "0") return false;
-    return dnnl_get_effective_cpu_isa() >= dnnl_cpu_isa_avx512_core_bf16;
+    return bf16_native_requested() && dnnl_get_effective_cpu_isa() >= dnnl_cpu_isa_avx512_core_bf16;
   }();
   return yes;
 }

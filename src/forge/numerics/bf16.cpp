@@ -9,13 +9,13 @@
 #include <omp.h>
 
 #include <algorithm>
-#include <cstdlib>
 #include <initializer_list>
 #include <memory>
 #include <numeric>
 #include <span>
 #include <vector>
 
+#include "forge/core/env.h"
 #include "forge/core/error.h"
 #include "forge/core/float_buffer.h"
 #include "forge/kernels/attention_bf16.h"
@@ -29,11 +29,6 @@ namespace {
 
 namespace k = kernels::cpu;
 
-bool native_switched_off() {
-  const char* v = std::getenv("FORGE_BF16_NATIVE");
-  return v && std::string(v) == "0";
-}
-
 class Bf16Numerics final : public Numerics {
  public:
   // Attention in bf16 where the CPU multiplies bf16 natively; without bf16 instructions it
@@ -45,10 +40,10 @@ class Bf16Numerics final : public Numerics {
   std::string name() const override { return "bf16"; }
   std::string arithmetic() const override {
     if (!k::native_bf16_available())
-      return fmt::format("{}; bf16-rounded operands in fp32 GEMMs, fp32 attention ({})",
-                         fast_->arithmetic(),
-                         native_switched_off() ? "FORGE_BF16_NATIVE=0"
-                                               : "oneDNN finds no bf16 dot products on this CPU");
+      return fmt::format(
+          "{}; bf16-rounded operands in fp32 GEMMs, fp32 attention ({})", fast_->arithmetic(),
+          !bf16_native_requested() ? "FORGE_BF16_NATIVE=0"
+                                   : "oneDNN finds no bf16 dot products on this CPU");
     return fmt::format(
         "{}; bf16 dot products in oneDNN's bf16 GEMMs{}, {} attention", fast_->arithmetic(),
         k::amx_linear_available()
