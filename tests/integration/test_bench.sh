@@ -58,6 +58,17 @@ for prof, dtype in (("fast", "fp32"), ("bf16", "bf16")):
     need(all(k in ops for k in ("linear fwd", "linear bwd", "attention fwd", "clip + AdamW")),
          f"{prof}: breakdown ops {sorted(ops)}")
     need(all(v >= 0 for v in ops.values()), f"{prof}: breakdown times")
+    # The GEMM operations counted in the step's ops are the model's linear layers' (forward and
+    # both backward products): 3 x 2 N (12 C^2 per layer + C Vp, the tied classifier).
+    flops = p["engine_op_gemm_flops_per_step"]
+    m, t = json.load(open("ci.json"))["model"], json.load(open("ci.json"))["train"]
+    N, C, L = t["batch_size"] * t["seq_len"], m["n_embd"], m["n_layer"]
+    Vp = m.get("padded_vocab_size") or m["vocab_size"]
+    expected = 6 * N * (12 * C * C * L + C * Vp)
+    need(set(flops) <= set(ops) and "linear fwd" in flops and "attention fwd" not in flops,
+         f"{prof}: the ops with GEMM operations {sorted(flops)}")
+    need(abs(sum(flops.values()) - expected) <= 1e-9 * expected,
+         f"{prof}: GEMM operations per step {sum(flops.values())}, expected {expected}")
 for p in problems:
     print("missing or wrong:", p, file=sys.stderr)
 sys.exit(1 if problems else 0)
@@ -66,6 +77,10 @@ PYEOF
 grep -q '^| fast | forge fast |' report.md || fail "report.md lacks the fast row"
 grep -q '^| bf16 | torch-.* eager bf16 |' report.md || fail "report.md lacks the bf16 reference row"
 grep -q "Where a \`bf16\` step's time goes" table.md || fail "stdout lacks the bf16 breakdown"
+grep -q '^| op | ms | share | GEMM GFLOP/s | of fp32 peak |' table.md ||
+  fail "the breakdown lacks the GEMMs' rates"
+grep -qE '^\| linear fwd \| [0-9.]+ \| [0-9.]+% \| [0-9]+ \| [0-9]+% \|$' table.md ||
+  fail "the breakdown gives no rate for linear fwd"
 grep -q "^forge's arithmetic on this machine: \`fast\`: .* GEMMs" report.md ||
   fail "report.md does not say what forge ran on"
 echo "ok: $(head -n 1 report.md)"

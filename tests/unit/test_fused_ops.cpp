@@ -108,6 +108,39 @@ TEST(FusedOps, BreakdownNamesFitAMarkdownCell) {
     }
 }
 
+// `forge bench --breakdown` gives each op holding linear layers' GEMMs its products' operations
+// (TimedNumerics::gemm_flops): one step's sum is the models' linear layers', forward and both
+// backward products, whether the profile fuses them with other ops or not.
+TEST(FusedOps, BreakdownCountsEachLinearLayersOperationsOnce) {
+  struct Shape {
+    int C, F, B, T;
+  };
+  for (const Shape s : {Shape{64, 160, 4, 32}, Shape{40, 72, 3, 13}})
+    for (const std::string family : {"gpt2", "llama"})
+      for (const std::string& profile : numerics_profiles()) {
+        SCOPED_TRACE(family + " under " + profile + ", n_embd " + std::to_string(s.C));
+        const ModelConfig cfg = config(family, s.C, s.F);
+        forge_test::TrainingStep run(cfg, profile, s.B, s.T, 7, /*timed=*/true);
+        run.forward_backward();
+        run.update(1);
+        double counted = 0;
+        for (const auto& [op, flops] : run.timer->gemm_flops()) {
+          EXPECT_TRUE(run.timer->seconds().count(op)) << op;
+          counted += flops;
+        }
+        // One x W^T per weight [out, in]: 2 N in out, three times (forward, dinp, dweight).
+        const double N = s.B * s.T, C = s.C, Vp = cfg.padded_vocab_size;
+        double per_row = C * Vp;  // the classifier
+        if (family == "gpt2") {
+          per_row += cfg.n_layer * 12 * C * C;  // c_attn 3C, c_proj C, c_fc 4C, c_proj 4C
+        } else {
+          const double Dq = C, Dkv = C / cfg.n_head * cfg.n_kv_head, F = s.F;
+          per_row += cfg.n_layer * (C * (Dq + 2 * Dkv) + Dq * C + 3 * C * F);
+        }
+        EXPECT_DOUBLE_EQ(counted, 3 * 2 * N * per_row);
+      }
+}
+
 // Not vacuous on a CPU with AMX: there the bf16 profile fuses every op above on the whole-tile
 // shape.
 TEST(FusedOps, Bf16FusesOnWholeTilesWhereAmxRuns) {

@@ -126,15 +126,11 @@ int engine_only(const BenchOptions& o) {
   // cores the children need (every side measured 2.5x slower).
   const Peak peak = measure_peak(nthreads, 0.5);
   EngineTiming t = time_engine_steps(cfg, o.engine_only, o.warmup, o.steps, o.breakdown);
-  nlohmann::json j{{"side", "forge " + o.engine_only},
-                   {"step_seconds", t.step_seconds},
-                   {"tokens_per_step", t.tokens_per_step},
-                   {"peak_rss_bytes", t.peak_rss_bytes},
-                   {"flops_per_token", t.flops_per_token},
-                   {"op_seconds", t.op_seconds},
-                   {"peak_fp32_flops", peak.fp32_flops},
-                   {"peak_bf16_flops", peak.bf16_flops},
-                   {"arithmetic", t.arithmetic}};
+  nlohmann::json j{{"side", "forge " + o.engine_only},     {"step_seconds", t.step_seconds},
+                   {"tokens_per_step", t.tokens_per_step}, {"peak_rss_bytes", t.peak_rss_bytes},
+                   {"flops_per_token", t.flops_per_token}, {"op_seconds", t.op_seconds},
+                   {"op_gemm_flops", t.op_gemm_flops},     {"peak_fp32_flops", peak.fp32_flops},
+                   {"peak_bf16_flops", peak.bf16_flops},   {"arithmetic", t.arithmetic}};
   fmt::print("{}\n", j.dump());
   return 0;
 }
@@ -176,7 +172,7 @@ void run_bench(const BenchOptions& o) {
 
   std::map<std::string, Side> engine;
   std::map<std::string, std::map<std::string, Side>> refs;
-  std::map<std::string, nlohmann::json> breakdown;
+  std::map<std::string, nlohmann::json> breakdown, breakdown_flops;
   std::map<std::string, std::string> arithmetic;  // per profile, as the engine runs reported it
   double flops_per_token = 0;
   for (int r = 0; r < o.rounds; ++r) {
@@ -193,7 +189,10 @@ void run_bench(const BenchOptions& o) {
       flops_per_token = j["flops_per_token"];
       peak.fp32_flops = std::max(peak.fp32_flops, j["peak_fp32_flops"].get<double>());
       peak.bf16_flops = std::max(peak.bf16_flops, j["peak_bf16_flops"].get<double>());
-      if (o.breakdown) breakdown[prof] = j["op_seconds"];
+      if (o.breakdown) {
+        breakdown[prof] = j["op_seconds"];
+        breakdown_flops[prof] = j["op_gemm_flops"];
+      }
       arithmetic[prof] = j["arithmetic"];
       const std::string dtype = prof == "bf16" ? "bf16" : "fp32";
       for (const auto& mode : modes) {
@@ -257,7 +256,10 @@ void run_bench(const BenchOptions& o) {
       ratio_lines += ratio_line(prof, fastest->name, ratio);
     }
     pj["engine_arithmetic"] = arithmetic[prof];
-    if (o.breakdown) pj["engine_op_seconds_per_step"] = breakdown[prof];
+    if (o.breakdown) {
+      pj["engine_op_seconds_per_step"] = breakdown[prof];
+      pj["engine_op_gemm_flops_per_step"] = breakdown_flops[prof];
+    }
     report["profiles"][prof] = pj;
     auto row = [&](const Side& s, double ratio) {
       const auto d = describe(s);
@@ -277,8 +279,11 @@ void run_bench(const BenchOptions& o) {
   if (o.breakdown) {
     for (const auto& prof : profiles) {
       md += fmt::format(
-          "\nWhere a `{}` step's time goes (forge, per step):\n\n| op | ms | share |\n"
-          "| --- | ---: | ---: |\n",
+          "\nWhere a `{}` step's time goes (forge, per step; for an op holding linear layers' "
+          "GEMMs, their products' operations over the op's whole time, and that rate against "
+          "the fp32 FMA peak measured above):\n\n"
+          "| op | ms | share | GEMM GFLOP/s | of fp32 peak |\n| --- | ---: | ---: | ---: | ---: "
+          "|\n",
           prof);
       double total = 0;
       std::vector<std::pair<double, std::string>> ops;
@@ -287,8 +292,16 @@ void run_bench(const BenchOptions& o) {
         total += secs.get<double>();
       }
       std::sort(ops.rbegin(), ops.rend());
-      for (auto& [secs, op] : ops)
-        md += fmt::format("| {} | {:.2f} | {:.1f}% |\n", op, 1e3 * secs, 100 * secs / total);
+      const nlohmann::json& flops = breakdown_flops[prof];
+      for (auto& [secs, op] : ops) {
+        std::string rate = " | ";
+        if (flops.contains(op) && secs > 0) {
+          const double per_s = flops[op].get<double>() / secs;
+          rate = fmt::format("{:.0f} | {:.0f}%", per_s / 1e9, 100 * per_s / peak.fp32_flops);
+        }
+        md += fmt::format("| {} | {:.2f} | {:.1f}% | {} |\n", op, 1e3 * secs, 100 * secs / total,
+                          rate);
+      }
     }
   }
   fmt::print("{}", md);

@@ -1,6 +1,7 @@
 #include "forge/numerics/timed.h"
 
 #include <chrono>
+#include <utility>
 
 namespace forge {
 
@@ -20,6 +21,27 @@ auto TimedNumerics::timed(const char* op, F&& f) {
   } stop{total_of(op)};
   return f();
 }
+
+template <typename F>
+auto TimedNumerics::timed_gemm(const char* op, double flops, F&& f) {
+  const auto it = gemm_flops_.find(std::string_view(op));
+  (it != gemm_flops_.end() ? it->second : gemm_flops_.emplace(op, 0.0).first->second) += flops;
+  return timed(op, std::forward<F>(f));
+}
+
+namespace {
+// x W^T of N rows by a weight [OC, IC]: 2 N IC OC operations; a backward is two such products
+// (dinp = dout W, dweight = dout^T x), or one without dinp.
+double product_flops(int N, int IC, int OC) { return 2.0 * N * IC * OC; }
+double backward_flops(const float* dinp, int N, int IC, int OC) {
+  return (dinp ? 2 : 1) * product_flops(N, IC, OC);
+}
+int total_width(std::initializer_list<int> widths) {
+  int total = 0;
+  for (int w : widths) total += w;
+  return total;
+}
+}  // namespace
 
 void TimedNumerics::embedding_forward(float* out, const int32_t* tokens, const float* wte,
                                       const float* wpe, int B, int T, int C) {
@@ -49,20 +71,20 @@ void TimedNumerics::layernorm_backward_residual(float* dinp, float* dw, float* d
 }
 void TimedNumerics::linear_forward(float* out, float* saved, const float* inp, const float* w,
                                    const float* b, int N, int IC, int OC) {
-  timed(OC > 4 * IC ? "lm head fwd" : "linear fwd",
-        [&] { inner_->linear_forward(out, saved, inp, w, b, N, IC, OC); });
+  timed_gemm(OC > 4 * IC ? "lm head fwd" : "linear fwd", product_flops(N, IC, OC),
+             [&] { inner_->linear_forward(out, saved, inp, w, b, N, IC, OC); });
 }
 void TimedNumerics::linear_forward_same_input(float* out, float* saved, const float* inp,
                                               const float* w, const float* b, int N, int IC,
                                               int OC) {
-  timed(OC > 4 * IC ? "lm head fwd" : "linear fwd",
-        [&] { inner_->linear_forward_same_input(out, saved, inp, w, b, N, IC, OC); });
+  timed_gemm(OC > 4 * IC ? "lm head fwd" : "linear fwd", product_flops(N, IC, OC),
+             [&] { inner_->linear_forward_same_input(out, saved, inp, w, b, N, IC, OC); });
 }
 void TimedNumerics::linear_backward(float* dinp, float* dw, float* db, const float* dout,
                                     const float* inp, const float* w, const float* saved, int N,
                                     int IC, int OC) {
-  timed(OC > 4 * IC ? "lm head bwd" : "linear bwd",
-        [&] { inner_->linear_backward(dinp, dw, db, dout, inp, w, saved, N, IC, OC); });
+  timed_gemm(OC > 4 * IC ? "lm head bwd" : "linear bwd", backward_flops(dinp, N, IC, OC),
+             [&] { inner_->linear_backward(dinp, dw, db, dout, inp, w, saved, N, IC, OC); });
 }
 // Fused, one op of its own; else the default's linear and add, each timed as itself.
 void TimedNumerics::linear_residual_forward(float* out, float* branch, float* saved,
@@ -70,7 +92,7 @@ void TimedNumerics::linear_residual_forward(float* out, float* branch, float* sa
                                             const float* residual, int N, int IC, int OC) {
   if (branch || !inner_->fuses_linear_residual_forward(N, IC, OC))
     return Numerics::linear_residual_forward(out, branch, saved, inp, w, b, residual, N, IC, OC);
-  timed("linear + residual add fwd", [&] {
+  timed_gemm("linear + residual add fwd", product_flops(N, IC, OC), [&] {
     inner_->linear_residual_forward(out, nullptr, saved, inp, w, b, residual, N, IC, OC);
   });
 }
@@ -79,8 +101,8 @@ void TimedNumerics::linear_gelu_forward(float* out, float* act, float* saved, co
                                         const float* w, const float* b, int N, int IC, int OC) {
   if (!inner_->fuses_linear_gelu_forward(N, IC, OC))
     return Numerics::linear_gelu_forward(out, act, saved, inp, w, b, N, IC, OC);
-  timed("linear + gelu fwd",
-        [&] { inner_->linear_gelu_forward(out, act, saved, inp, w, b, N, IC, OC); });
+  timed_gemm("linear + gelu fwd", product_flops(N, IC, OC),
+             [&] { inner_->linear_gelu_forward(out, act, saved, inp, w, b, N, IC, OC); });
 }
 // Likewise for GELU's backward and c_fc's.
 void TimedNumerics::gelu_linear_backward(float* dinp, float* dw, float* db, float* dout,
@@ -89,7 +111,7 @@ void TimedNumerics::gelu_linear_backward(float* dinp, float* dw, float* db, floa
                                          int OC) {
   if (!inner_->fuses_gelu_linear_backward(N, IC, OC))
     return Numerics::gelu_linear_backward(dinp, dw, db, dout, dact, out, inp, w, saved, N, IC, OC);
-  timed("gelu + linear bwd", [&] {
+  timed_gemm("gelu + linear bwd", backward_flops(dinp, N, IC, OC), [&] {
     inner_->gelu_linear_backward(dinp, dw, db, dout, dact, out, inp, w, saved, N, IC, OC);
   });
 }
@@ -99,8 +121,10 @@ void TimedNumerics::swiglu_linear_forward(float* out, float* saved, float* act, 
                                           int N, int F, int OC) {
   if (!inner_->fuses_swiglu_linear_forward(N, F, OC))
     return Numerics::swiglu_linear_forward(out, saved, act, gate, up, w, residual, N, F, OC);
-  timed(residual ? "swiglu + linear + residual add fwd" : "swiglu + linear fwd",
-        [&] { inner_->swiglu_linear_forward(out, saved, act, gate, up, w, residual, N, F, OC); });
+  timed_gemm(residual ? "swiglu + linear + residual add fwd" : "swiglu + linear fwd",
+             product_flops(N, F, OC), [&] {
+               inner_->swiglu_linear_forward(out, saved, act, gate, up, w, residual, N, F, OC);
+             });
 }
 void TimedNumerics::swiglu_mlp_forward(float* out, float* gate, float* up, float* act,
                                        float* gate_up_saved, float* down_saved, const float* inp,
@@ -109,10 +133,11 @@ void TimedNumerics::swiglu_mlp_forward(float* out, float* gate, float* up, float
   if (!inner_->fuses_swiglu_mlp_forward(gate_w, up_w, N, C, F))
     return Numerics::swiglu_mlp_forward(out, gate, up, act, gate_up_saved, down_saved, inp, gate_w,
                                         up_w, down_w, residual, N, C, F);
-  timed("gate & up + swiglu + down + residual add fwd", [&] {
-    inner_->swiglu_mlp_forward(out, gate, up, act, gate_up_saved, down_saved, inp, gate_w, up_w,
-                               down_w, residual, N, C, F);
-  });
+  timed_gemm("gate & up + swiglu + down + residual add fwd",
+             product_flops(N, C, 2 * F) + product_flops(N, F, C), [&] {
+               inner_->swiglu_mlp_forward(out, gate, up, act, gate_up_saved, down_saved, inp,
+                                          gate_w, up_w, down_w, residual, N, C, F);
+             });
 }
 void TimedNumerics::swiglu_linear_backward(float* dinp, float* scratch, float* dgate, float* dup,
                                            float* dgate_w, float* dup_w, const float* dact,
@@ -122,7 +147,7 @@ void TimedNumerics::swiglu_linear_backward(float* dinp, float* scratch, float* d
   if (!inner_->fuses_swiglu_linear_backward(gate_w, up_w, dgate_w, dup_w, F, N, IC))
     return Numerics::swiglu_linear_backward(dinp, scratch, dgate, dup, dgate_w, dup_w, dact, gate,
                                             up, inp, gate_w, up_w, saved, F, N, IC);
-  timed("swiglu + linear bwd", [&] {
+  timed_gemm("swiglu + linear bwd", backward_flops(dinp, N, IC, 2 * F), [&] {
     inner_->swiglu_linear_backward(dinp, scratch, dgate, dup, dgate_w, dup_w, dact, gate, up, inp,
                                    gate_w, up_w, saved, F, N, IC);
   });
@@ -131,8 +156,8 @@ void TimedNumerics::linear_forward_siblings(std::initializer_list<float*> outs, 
                                             const float* inp,
                                             std::initializer_list<const float*> weights,
                                             std::initializer_list<int> widths, int N, int IC) {
-  timed("linear fwd",
-        [&] { inner_->linear_forward_siblings(outs, saved, inp, weights, widths, N, IC); });
+  timed_gemm("linear fwd", product_flops(N, IC, total_width(widths)),
+             [&] { inner_->linear_forward_siblings(outs, saved, inp, weights, widths, N, IC); });
 }
 void TimedNumerics::linear_backward_siblings(float* dinp, float* scratch,
                                              std::initializer_list<float*> dweights,
@@ -141,7 +166,7 @@ void TimedNumerics::linear_backward_siblings(float* dinp, float* scratch,
                                              std::initializer_list<const float*> weights,
                                              const float* saved, std::initializer_list<int> widths,
                                              int N, int IC) {
-  timed("linear bwd", [&] {
+  timed_gemm("linear bwd", backward_flops(dinp, N, IC, total_width(widths)), [&] {
     inner_->linear_backward_siblings(dinp, scratch, dweights, douts, inp, weights, saved, widths, N,
                                      IC);
   });

@@ -30,8 +30,13 @@ class TimedNumerics final : public Numerics {
   // op name -> seconds, accumulated since the last reset(). An op's entry is made on its first
   // call; reset() zeroes the totals and keeps the entries, so that timed steps allocate nothing.
   const std::map<std::string, double, std::less<>>& seconds() const { return seconds_; }
+  // op name -> the floating-point operations of its matrix products (2 per multiply-add), for
+  // the ops that hold linear layers' GEMMs, accumulated likewise: with seconds(), the rate the
+  // GEMMs reach inside the step, cold caches and fused epilogues included.
+  const std::map<std::string, double, std::less<>>& gemm_flops() const { return gemm_flops_; }
   void reset() {
     for (auto& [op, secs] : seconds_) secs = 0.0;
+    for (auto& [op, flops] : gemm_flops_) flops = 0.0;
   }
 
   void embedding_forward(float* out, const int32_t* tokens, const float* wte, const float* wpe,
@@ -160,10 +165,14 @@ class TimedNumerics final : public Numerics {
  private:
   template <typename F>
   auto timed(const char* op, F&& f);
+  // timed, for an op whose matrix products do `flops` floating-point operations.
+  template <typename F>
+  auto timed_gemm(const char* op, double flops, F&& f);
   double& total_of(std::string_view op);
   std::unique_ptr<Numerics> inner_;
   // std::less<> finds an op by its name without building a std::string for every call.
   std::map<std::string, double, std::less<>> seconds_;
+  std::map<std::string, double, std::less<>> gemm_flops_;
 };
 
 }  // namespace forge

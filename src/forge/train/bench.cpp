@@ -51,8 +51,10 @@ EngineTiming time_engine_steps(const Config& cfg, const std::string& profile, in
     const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     if (s >= warmup) out.step_seconds.push_back(dt);
   }
-  if (timer)
+  if (timer) {
     for (const auto& [op, secs] : timer->seconds()) out.op_seconds[op] = secs / steps;
+    for (const auto& [op, flops] : timer->gemm_flops()) out.op_gemm_flops[op] = flops / steps;
+  }
   out.peak_rss_bytes = peak_rss_bytes();
   return out;
 }

@@ -15,8 +15,9 @@ struct EngineTiming {
   int tokens_per_step = 0;
   double flops_per_token = 0;
   size_t peak_rss_bytes = 0;
-  std::map<std::string, double> op_seconds;  // per step, when a breakdown was asked for
-  std::string arithmetic;                    // Numerics::arithmetic() of the profile run
+  std::map<std::string, double> op_seconds;     // per step, when a breakdown was asked for
+  std::map<std::string, double> op_gemm_flops;  // per step, of the ops holding GEMMs, likewise
+  std::string arithmetic;                       // Numerics::arithmetic() of the profile run
 };
 
 EngineTiming time_engine_steps(const Config& config, const std::string& profile, int warmup,
