@@ -17,6 +17,7 @@
 #include "forge/cli/commands.h"
 #include "forge/core/error.h"
 #include "forge/core/peak.h"
+#include "forge/core/test_bugs.h"
 #include "forge/core/threads.h"
 #include "forge/io/atomic_file.h"
 #include "forge/numerics/numerics.h"
@@ -124,16 +125,32 @@ int engine_only(const BenchOptions& o) {
   // The peak is measured here, in the child, rather than by the parent: a parent that had run
   // an OpenMP team keeps its threads, and under OMP_WAIT_POLICY=active they spin on the
   // cores the children need (every side measured 2.5x slower).
-  const Peak peak = measure_peak(nthreads, 0.5);
+  const Peak before = measure_peak(nthreads, 0.5);
   EngineTiming t = time_engine_steps(cfg, o.engine_only, o.warmup, o.steps, o.breakdown);
-  nlohmann::json j{{"side", "forge " + o.engine_only},     {"step_seconds", t.step_seconds},
-                   {"tokens_per_step", t.tokens_per_step}, {"peak_rss_bytes", t.peak_rss_bytes},
-                   {"flops_per_token", t.flops_per_token}, {"op_seconds", t.op_seconds},
-                   {"op_gemm_flops", t.op_gemm_flops},     {"peak_fp32_flops", peak.fp32_flops},
-                   {"peak_bf16_flops", peak.bf16_flops},   {"arithmetic", t.arithmetic}};
+  // Read again after the steps: a machine whose speed moved while they ran (another load, a
+  // clock change) shows it in the two readings.
+  Peak after = measure_peak(nthreads, 0.5);
+  if (test_bug_active("slow-peak")) after.fp32_flops /= 2;  // a machine that slowed down
+  Peak peak;
+  peak.fp32_flops = std::max(before.fp32_flops, after.fp32_flops);
+  peak.bf16_flops = std::max(before.bf16_flops, after.bf16_flops);
+  nlohmann::json j{{"side", "forge " + o.engine_only},
+                   {"step_seconds", t.step_seconds},
+                   {"tokens_per_step", t.tokens_per_step},
+                   {"peak_rss_bytes", t.peak_rss_bytes},
+                   {"flops_per_token", t.flops_per_token},
+                   {"op_seconds", t.op_seconds},
+                   {"op_gemm_flops", t.op_gemm_flops},
+                   {"peak_fp32_flops", peak.fp32_flops},
+                   {"peak_fp32_readings", {before.fp32_flops, after.fp32_flops}},
+                   {"peak_bf16_flops", peak.bf16_flops},
+                   {"arithmetic", t.arithmetic}};
   fmt::print("{}\n", j.dump());
   return 0;
 }
+
+// The share of the highest peak reading under which a reading says the machine slowed down.
+constexpr double kSteadyPeak = 0.9;
 
 void run_bench(const BenchOptions& o) {
   if (!o.engine_only.empty()) {
@@ -161,9 +178,11 @@ void run_bench(const BenchOptions& o) {
     if (mode != "eager" && mode != "compile")
       fail("--modes: '{}' is not a reference mode: expected eager, compile or both", mode);
 
-  // Each engine run measures the machine's peak before its steps; the highest reading of
-  // the run counts (a peak is what the cores can do, and a reading only loses to noise).
+  // Each engine run measures the machine's peak before and after its steps; the highest
+  // reading of the run counts (a peak is what the cores can do, and a reading only loses to
+  // noise), and the spread of the readings says whether the machine's speed held.
   Peak peak;
+  std::vector<double> fp32_readings;
   std::string env =
       fmt::format("OMP_NUM_THREADS={} PYTHONPATH={}/reference", nthreads, root.string());
   for (const auto& [name, value] : torch_malloc_tuning()) env += fmt::format(" {}={}", name, value);
@@ -188,6 +207,7 @@ void run_bench(const BenchOptions& o) {
       s.tokens_per_step = j["tokens_per_step"];
       flops_per_token = j["flops_per_token"];
       peak.fp32_flops = std::max(peak.fp32_flops, j["peak_fp32_flops"].get<double>());
+      for (double x : j["peak_fp32_readings"]) fp32_readings.push_back(x);
       peak.bf16_flops = std::max(peak.bf16_flops, j["peak_bf16_flops"].get<double>());
       if (o.breakdown) {
         breakdown[prof] = j["op_seconds"];
@@ -217,6 +237,7 @@ void run_bench(const BenchOptions& o) {
                         {"threads", nthreads},
                         {"config", o.config},
                         {"peak_fp32_flops", peak.fp32_flops},
+                        {"peak_fp32_readings", fp32_readings},
                         {"peak_bf16_flops", peak.bf16_flops},
                         {"flops_per_token", flops_per_token},
                         {"warmup", o.warmup},
@@ -231,14 +252,16 @@ void run_bench(const BenchOptions& o) {
                           {"step_ms_max", 1e3 * s.quartile(4)},
                           {"peak_rss_bytes", s.rss}};
   };
+  const double lowest = *std::min_element(fp32_readings.begin(), fp32_readings.end());
   std::string md = fmt::format(
       "`forge bench --config {} --profiles {} --reference {}` on {}, {} threads, {} "
-      "(fp32 peak measured {:.1f} GFLOP/s; median of {} steps x {} rounds after {} warm-up)\n\n"
+      "(fp32 peak measured {:.1f} GFLOP/s, the highest of {} readings from {:.1f}; median of {} "
+      "steps x {} rounds after {} warm-up)\n\n"
       "| profile | side | tokens/s | step ms (median, min-max) | MFU | peak RSS MiB | forge / side "
       "|\n"
       "| --- | --- | ---: | ---: | ---: | ---: | ---: |\n",
       o.config, o.profiles, o.reference, cpu_model(), nthreads, date, peak.fp32_flops / 1e9,
-      o.steps, o.rounds, o.warmup);
+      fp32_readings.size(), lowest / 1e9, o.steps, o.rounds, o.warmup);
   std::string ratio_lines;
   for (const auto& prof : profiles) {
     nlohmann::json pj;
@@ -273,6 +296,16 @@ void run_bench(const BenchOptions& o) {
     for (auto& [mode, s] : refs[prof]) row(s, etps / s.tokens_per_s());
   }
   md += ratio_lines;
+  // A peak reading well under the others: the cores did less for a while (another load, a
+  // clock change), and the sides measured then were slowed by an amount no one saw.
+  if (lowest < kSteadyPeak * peak.fp32_flops)
+    md += fmt::format(
+        "\nThe machine's speed did not hold during this run: its fp32 peak readings (before and "
+        "after each engine run's steps) spread from {:.1f} to {:.1f} GFLOP/s, {:.0f}% apart. "
+        "Steps measured in a slow stretch count against their side, so this run's tokens/s, MFU "
+        "and ratios are less sure than their quartiles say; `--rounds` interleaves the sides to "
+        "spread such stretches over all of them.\n",
+        lowest / 1e9, peak.fp32_flops / 1e9, 100 * (1 - lowest / peak.fp32_flops));
   md += "\nforge's arithmetic on this machine:";
   for (const auto& prof : profiles) md += fmt::format(" `{}`: {}.", prof, arithmetic[prof]);
   md += "\n";

@@ -1,7 +1,10 @@
-// Deliberate bugs for the "gates can fail" test. They exist only in a build configured with
-// -DFORGE_TEST_BUGS=ON and only act when the environment variable FORGE_TEST_BUG names them:
+// Deliberate bugs for the "gates can fail" test (and one for `forge bench`'s test). They exist
+// only in a build configured with -DFORGE_TEST_BUGS=ON and only act when the environment
+// variable FORGE_TEST_BUG names them:
 //   attn-scale                 attention computed with a wrong scale (queries scaled by 1.25)
 //   adamw-no-bias-correction   AdamW without its bias corrections
+//   slow-peak                  `forge bench`'s engine runs read the fp32 peak after their
+//                              steps at half speed (the warning of a machine that slowed down)
 // A normal build compiles them to nothing.
 #pragma once
 
