@@ -96,9 +96,10 @@ FORGE_TEST_BUG=slow-peak "$BUGS" bench --config ci.json --profiles fast --refere
   --steps 5 --warmup 1 >drift.md 2>err.txt || { cat err.txt >&2; fail "forge bench failed"; }
 grep -q "The machine's speed did not hold during this run" drift.md ||
   fail "a run whose peak readings fell by half is not called out"
-grep -q "the highest of 2 readings from" drift.md || fail "the peak readings are not given"
+grep -q "the highest of 2 readings, the lowest" drift.md || fail "the peak readings are not given"
 
 expect_error "unknown profile" "--profiles: 'fats'" "$FORGE" bench --config ci.json --profiles fats
+expect_error "no profile" "--profiles: expected one or more" "$FORGE" bench --config ci.json --profiles ,
 expect_error "unknown mode" "--modes: 'eagre'" "$FORGE" bench --config ci.json --modes eagre
 expect_error "unknown reference" "--reference: expected torch or none" \
   "$FORGE" bench --config ci.json --reference tensorflow

@@ -72,27 +72,34 @@ Step two_steps(const ModelConfig& cfg, const std::string& profile, int B, int T,
   return last;
 }
 
-TEST(FusedOps, ModelsTrainTheSameWithAndWithoutARecorder) {
-  struct Shape {
-    int C, F, B, T;
-  };
-  // Whole tiles (128 rows, widths multiples of 32), and odd sizes off the AMX kernel.
+struct Shape {
+  int C, F, B, T;
+};
+
+// run_case(config, profile, shape) for each model family under each profile, on whole tiles
+// (128 rows, widths multiples of 32) and on odd sizes off the AMX kernel.
+template <typename Case>
+void for_each_case(Case&& run_case) {
   for (const Shape s : {Shape{64, 160, 4, 32}, Shape{40, 72, 3, 13}})
     for (const std::string family : {"gpt2", "llama"})
       for (const std::string& profile : numerics_profiles()) {
         SCOPED_TRACE(family + " under " + profile + ", n_embd " + std::to_string(s.C));
-        const ModelConfig cfg = config(family, s.C, s.F);
-        CountingRecorder recorder;
-        const Step fused = two_steps(cfg, profile, s.B, s.T, nullptr);
-        const Step apart = two_steps(cfg, profile, s.B, s.T, &recorder);
-        EXPECT_GT(recorder.count, 20) << "the recorder was handed the step's tensors";
-        EXPECT_EQ(std::memcmp(&fused.loss, &apart.loss, sizeof(float)), 0)
-            << fused.loss << " vs " << apart.loss;
-        ASSERT_EQ(fused.grads.size(), apart.grads.size());
-        EXPECT_EQ(
-            std::memcmp(fused.grads.data(), apart.grads.data(), fused.grads.size() * sizeof(float)),
-            0);
+        run_case(config(family, s.C, s.F), profile, s);
       }
+}
+
+TEST(FusedOps, ModelsTrainTheSameWithAndWithoutARecorder) {
+  for_each_case([](const ModelConfig& cfg, const std::string& profile, const Shape& s) {
+    CountingRecorder recorder;
+    const Step fused = two_steps(cfg, profile, s.B, s.T, nullptr);
+    const Step apart = two_steps(cfg, profile, s.B, s.T, &recorder);
+    EXPECT_GT(recorder.count, 20) << "the recorder was handed the step's tensors";
+    EXPECT_EQ(std::memcmp(&fused.loss, &apart.loss, sizeof(float)), 0)
+        << fused.loss << " vs " << apart.loss;
+    ASSERT_EQ(fused.grads.size(), apart.grads.size());
+    EXPECT_EQ(
+        std::memcmp(fused.grads.data(), apart.grads.data(), fused.grads.size() * sizeof(float)), 0);
+  });
 }
 
 // The breakdown's op names, fused ones included, are cells of a Markdown table: no '|'.
@@ -112,33 +119,26 @@ TEST(FusedOps, BreakdownNamesFitAMarkdownCell) {
 // (TimedNumerics::gemm_flops): one step's sum is the models' linear layers', forward and both
 // backward products, whether the profile fuses them with other ops or not.
 TEST(FusedOps, BreakdownCountsEachLinearLayersOperationsOnce) {
-  struct Shape {
-    int C, F, B, T;
-  };
-  for (const Shape s : {Shape{64, 160, 4, 32}, Shape{40, 72, 3, 13}})
-    for (const std::string family : {"gpt2", "llama"})
-      for (const std::string& profile : numerics_profiles()) {
-        SCOPED_TRACE(family + " under " + profile + ", n_embd " + std::to_string(s.C));
-        const ModelConfig cfg = config(family, s.C, s.F);
-        forge_test::TrainingStep run(cfg, profile, s.B, s.T, 7, /*timed=*/true);
-        run.forward_backward();
-        run.update(1);
-        double counted = 0;
-        for (const auto& [op, flops] : run.timer->gemm_flops()) {
-          EXPECT_TRUE(run.timer->seconds().count(op)) << op;
-          counted += flops;
-        }
-        // One x W^T per weight [out, in]: 2 N in out, three times (forward, dinp, dweight).
-        const double N = s.B * s.T, C = s.C, Vp = cfg.padded_vocab_size;
-        double per_row = C * Vp;  // the classifier
-        if (family == "gpt2") {
-          per_row += cfg.n_layer * 12 * C * C;  // c_attn 3C, c_proj C, c_fc 4C, c_proj 4C
-        } else {
-          const double Dq = C, Dkv = C / cfg.n_head * cfg.n_kv_head, F = s.F;
-          per_row += cfg.n_layer * (C * (Dq + 2 * Dkv) + Dq * C + 3 * C * F);
-        }
-        EXPECT_DOUBLE_EQ(counted, 3 * 2 * N * per_row);
-      }
+  for_each_case([](const ModelConfig& cfg, const std::string& profile, const Shape& s) {
+    forge_test::TrainingStep run(cfg, profile, s.B, s.T, 7, /*timed=*/true);
+    run.forward_backward();
+    run.update(1);
+    double counted = 0;
+    for (const auto& [op, flops] : run.timer->gemm_flops()) {
+      EXPECT_TRUE(run.timer->seconds().count(op)) << op;
+      counted += flops;
+    }
+    // One x W^T per weight [out, in]: 2 N in out, three times (forward, dinp, dweight).
+    const double N = s.B * s.T, C = s.C, Vp = cfg.padded_vocab_size;
+    double per_row = C * Vp;  // the classifier
+    if (cfg.family == "gpt2") {
+      per_row += cfg.n_layer * 12 * C * C;  // c_attn 3C, c_proj C, c_fc 4C, c_proj 4C
+    } else {
+      const double Dq = C, Dkv = C / cfg.n_head * cfg.n_kv_head, F = s.F;
+      per_row += cfg.n_layer * (C * (Dq + 2 * Dkv) + Dq * C + 3 * C * F);
+    }
+    EXPECT_DOUBLE_EQ(counted, 3 * 2 * N * per_row);
+  });
 }
 
 // Not vacuous on a CPU with AMX: there the bf16 profile fuses every op above on the whole-tile

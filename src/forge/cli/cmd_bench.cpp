@@ -170,6 +170,8 @@ void run_bench(const BenchOptions& o) {
     fail("--reference: expected torch or none, got '{}'", o.reference);
   // Refused here, before minutes of runs: a name only a child would reject.
   const auto known = numerics_profiles();
+  if (profiles.empty())
+    fail("--profiles: expected one or more numerics profiles of {}", fmt::join(known, ", "));
   for (const auto& prof : profiles)
     if (std::find(known.begin(), known.end(), prof) == known.end())
       fail("--profiles: '{}' is not a numerics profile: expected some of {}", prof,
@@ -255,8 +257,8 @@ void run_bench(const BenchOptions& o) {
   const double lowest = *std::min_element(fp32_readings.begin(), fp32_readings.end());
   std::string md = fmt::format(
       "`forge bench --config {} --profiles {} --reference {}` on {}, {} threads, {} "
-      "(fp32 peak measured {:.1f} GFLOP/s, the highest of {} readings from {:.1f}; median of {} "
-      "steps x {} rounds after {} warm-up)\n\n"
+      "(fp32 peak measured {:.1f} GFLOP/s, the highest of {} readings, the lowest {:.1f}; median "
+      "of {} steps x {} rounds after {} warm-up)\n\n"
       "| profile | side | tokens/s | step ms (median, min-max) | MFU | peak RSS MiB | forge / side "
       "|\n"
       "| --- | --- | ---: | ---: | ---: | ---: | ---: |\n",

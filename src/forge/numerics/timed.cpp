@@ -5,9 +5,10 @@
 
 namespace forge {
 
-double& TimedNumerics::total_of(std::string_view op) {
-  const auto it = seconds_.find(op);
-  return it != seconds_.end() ? it->second : seconds_.emplace(op, 0.0).first->second;
+double& TimedNumerics::entry(std::map<std::string, double, std::less<>>& totals,
+                             std::string_view op) {
+  const auto it = totals.find(op);
+  return it != totals.end() ? it->second : totals.emplace(op, 0.0).first->second;
 }
 
 template <typename F>
@@ -18,14 +19,13 @@ auto TimedNumerics::timed(const char* op, F&& f) {
     ~Stop() {
       total += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     }
-  } stop{total_of(op)};
+  } stop{entry(seconds_, op)};
   return f();
 }
 
 template <typename F>
 auto TimedNumerics::timed_gemm(const char* op, double flops, F&& f) {
-  const auto it = gemm_flops_.find(std::string_view(op));
-  (it != gemm_flops_.end() ? it->second : gemm_flops_.emplace(op, 0.0).first->second) += flops;
+  entry(gemm_flops_, op) += flops;
   return timed(op, std::forward<F>(f));
 }
 

@@ -168,7 +168,8 @@ class TimedNumerics final : public Numerics {
   // timed, for an op whose matrix products do `flops` floating-point operations.
   template <typename F>
   auto timed_gemm(const char* op, double flops, F&& f);
-  double& total_of(std::string_view op);
+  // The total of op in totals, made (zero) on op's first call.
+  static double& entry(std::map<std::string, double, std::less<>>& totals, std::string_view op);
   std::unique_ptr<Numerics> inner_;
   // std::less<> finds an op by its name without building a std::string for every call.
   std::map<std::string, double, std::less<>> seconds_;
