@@ -5,7 +5,6 @@
 
 #include <algorithm>
 #include <cstddef>
-#include <cstdlib>
 #include <span>
 
 #ifdef FORGE_HAVE_DNNL
@@ -444,9 +443,8 @@ bool amx_linear_backward_runs(int N, int IC, int OC) {
 }
 
 bool native_bf16_available() {
-  static const bool yes = [] {
-    return bf16_native_requested() && dnnl_get_effective_cpu_isa() >= dnnl_cpu_isa_avx512_core_bf16;
-  }();
+  static const bool yes =
+      bf16_native_requested() && dnnl_get_effective_cpu_isa() >= dnnl_cpu_isa_avx512_core_bf16;
   return yes;
 }
 
