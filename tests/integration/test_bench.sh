@@ -88,6 +88,21 @@ grep -q "^forge's arithmetic on this machine: \`fast\`: .* GEMMs" report.md ||
   fail "report.md does not say what forge ran on"
 echo "ok: $(head -n 1 report.md)"
 
+# With rounds, the breakdown averages the rounds' per-step figures: still one step's GEMM
+# operations.
+"$FORGE" bench --config ci.json --profiles fast --reference none --steps 5 --warmup 1 --rounds 2 \
+  --breakdown --json rounds.json >/dev/null 2>err.txt || { cat err.txt >&2; fail "forge bench failed"; }
+"$SRC/.venv/bin/python" - <<'PYEOF' || fail "the breakdown over 2 rounds is not per step"
+import json, sys
+r, cfg = json.load(open("rounds.json")), json.load(open("ci.json"))
+m, t = cfg["model"], cfg["train"]
+N, C, L = t["batch_size"] * t["seq_len"], m["n_embd"], m["n_layer"]
+Vp = m.get("padded_vocab_size") or m["vocab_size"]
+counted = sum(r["profiles"]["fast"]["engine_op_gemm_flops_per_step"].values())
+expected = 6 * N * (12 * C * C * L + C * Vp)
+sys.exit(0 if abs(counted - expected) <= 1e-9 * expected else f"{counted} != {expected}")
+PYEOF
+
 # A machine whose speed changes during the run is named under the table: forge_testbugs
 # (CMakeLists.txt) reads the peak after each engine run's steps at half speed.
 BUGS="$(dirname "$FORGE")/forge_testbugs"

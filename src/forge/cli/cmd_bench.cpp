@@ -212,8 +212,14 @@ void run_bench(const BenchOptions& o) {
       for (double x : j["peak_fp32_readings"]) fp32_readings.push_back(x);
       peak.bf16_flops = std::max(peak.bf16_flops, j["peak_bf16_flops"].get<double>());
       if (o.breakdown) {
-        breakdown[prof] = j["op_seconds"];
-        breakdown_flops[prof] = j["op_gemm_flops"];
+        // Per step, averaged over the rounds: each round's engine run times its own steps.
+        auto add_round = [&](nlohmann::json& total, const nlohmann::json& round) {
+          if (total.is_null()) total = nlohmann::json::object();
+          for (auto& [op, x] : round.items())
+            total[op] = total.value(op, 0.0) + x.get<double>() / o.rounds;
+        };
+        add_round(breakdown[prof], j["op_seconds"]);
+        add_round(breakdown_flops[prof], j["op_gemm_flops"]);
       }
       arithmetic[prof] = j["arithmetic"];
       const std::string dtype = prof == "bf16" ? "bf16" : "fp32";
