@@ -95,6 +95,15 @@ touch afile
 make_config unwritable.json good.json out_dir='"afile/run"'
 expect_error "unwritable out_dir" "afile/run" "$FORGE" train --config unwritable.json
 expect_error "unwritable data prepare" "afile" "$FORGE" data prepare --out afile/data "$SRC/configs/tiny.json"
+# Counts that cannot be: refused in one line, not read as "the default".
+expect_error "bench: negative threads" "--threads: Value -1 not in range 0 to 4096" \
+  "$FORGE" bench --config good.json --reference none --threads -1
+expect_error "verify: negative threads" "--threads: Value -2 not in range 0 to 4096" \
+  "$FORGE" verify --gate alignment --profile fast --config good.json --threads -2
+expect_error "eval: no batches" "--batches: Value 0 not in range 1" \
+  "$FORGE" eval --config good.json --batches 0
+expect_error "sample: negative threads" "--threads: Value -3 not in range 0 to 4096" \
+  "$FORGE" sample --config good.json --threads -3
 
 expect_no_partial_files "$WORK"
 echo "ok: no partial files"

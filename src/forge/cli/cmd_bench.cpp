@@ -364,7 +364,8 @@ void register_bench(CLI::App& app) {
   cmd->add_option("--steps", o->steps, "timed steps per measurement (median taken)")
       ->check(CLI::Range(5, 1000));
   cmd->add_option("--rounds", o->rounds, "interleaved rounds")->check(CLI::Range(1, 100));
-  cmd->add_option("--threads", o->threads, "threads for both sides (default: the config's)");
+  cmd->add_option("--threads", o->threads, "threads for both sides (default: the config's)")
+      ->check(CLI::Range(0, 4096));
   cmd->add_option("--json", o->json_out, "write the report as JSON");
   cmd->add_option("--md", o->md_out, "write the Markdown table");
   cmd->add_option("--python", o->python, "reference interpreter (default .venv/bin/python)");
