@@ -18,9 +18,7 @@
 #include <string>
 #include <vector>
 
-#include "forge/core/float_buffer.h"
 #include "forge/model/model.h"
-#include "forge/model/params.h"
 #include "forge/numerics/numerics.h"
 #include "forge/numerics/timed.h"
 #include "training_step.h"

@@ -8,6 +8,7 @@
 #include "forge/core/threads.h"
 #include "forge/model/model.h"
 #include "forge/numerics/timed.h"
+#include "forge/train/training_setup.h"
 
 namespace forge {
 
@@ -22,35 +23,27 @@ EngineTiming time_engine_steps(const Config& cfg, const std::string& profile, in
   const int B = cfg.train.batch_size, T = cfg.train.seq_len;
   std::unique_ptr<Numerics> nx = make_numerics(profile);
   set_subnormals_flushed(nx->flushes_subnormals());
-  TimedNumerics* timer = breakdown ? TimedNumerics::wrap(nx) : nullptr;
-  auto model = make_model(cfg.model, B, T, *nx);
-  model->init_weights(cfg.train.seed);
-  const ParamLayout& layout = model->layout();
-  FloatBuffer grads(layout.total_floats()), m(layout.total_floats()), v(layout.total_floats());
-  std::vector<ParamRef> refs =
-      param_refs(layout, model->params(), grads.data(), m.data(), v.data());
+  TrainingSetup run(std::move(nx), breakdown, cfg.model, B, T, cfg.train.seed);
   std::vector<int32_t> x(static_cast<size_t>(B) * T), y(x.size());
   Rng rng(0);
   EngineTiming out;
   out.tokens_per_step = B * T;
-  out.flops_per_token = model->train_flops_per_token(T);
-  out.arithmetic = nx->arithmetic();
+  out.flops_per_token = run.model->train_flops_per_token(T);
+  out.arithmetic = run.nx->arithmetic();
   for (int s = 0; s < warmup + steps; ++s) {
     for (size_t i = 0; i < x.size(); ++i) {
       x[i] = static_cast<int32_t>(rng.next_u64() % cfg.model.vocab_size);
       y[i] = static_cast<int32_t>(rng.next_u64() % cfg.model.vocab_size);
     }
-    if (timer && s == warmup) timer->reset();
+    if (run.timer && s == warmup) run.timer->reset();
     const auto t0 = std::chrono::steady_clock::now();
-    model->forward(x.data(), y.data(), B, T);
-    model->backward(1.0f, grads.data());
-    OptimizerStep hp{cfg.train.lr,  cfg.train.beta1,        cfg.train.beta2,
-                     cfg.train.eps, cfg.train.weight_decay, cfg.train.grad_clip,
-                     s + 1};
-    nx->optimizer_step(refs.data(), static_cast<int>(refs.size()), hp);
+    run.forward_backward(x.data(), y.data());
+    run.update({cfg.train.lr, cfg.train.beta1, cfg.train.beta2, cfg.train.eps,
+                cfg.train.weight_decay, cfg.train.grad_clip, s + 1});
     const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     if (s >= warmup) out.step_seconds.push_back(dt);
   }
+  const TimedNumerics* timer = run.timer;
   if (timer) {
     for (const auto& [op, secs] : timer->seconds()) out.op_seconds[op] = secs / steps;
     for (const auto& [op, flops] : timer->gemm_flops()) out.op_gemm_flops[op] = flops / steps;

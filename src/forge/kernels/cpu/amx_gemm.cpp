@@ -39,12 +39,14 @@ inline size_t pair_at(int block, int kb, int k_tiles) {
   return (static_cast<size_t>(block) * k_tiles + kb) * kPairWords;
 }
 
-// Output columns per pass over A: their packed B (cols x K bf16) stays in a core's L2 while
-// every row block of A goes by, so that a wide B (the classifier's) is not read from memory
-// once per row block.
+// The packed B of one pass over A (cols x K bf16), and of one chunk of K (N x chunk).
+constexpr size_t kPassBytes = size_t{1} << 20;
+
+// Output columns per pass over A: their packed B stays in a core's L2 while every row block
+// of A goes by, so that a wide B (the classifier's) is not read from memory once per row
+// block.
 int columns_per_pass(int N, int K) {
-  constexpr size_t kBytes = size_t{1} << 20;
-  const size_t cols = kBytes / (static_cast<size_t>(K) * 2) / 32 * 32;
+  const size_t cols = kPassBytes / (static_cast<size_t>(K) * 2) / 32 * 32;
   return static_cast<int>(std::clamp<size_t>(cols, 32, static_cast<size_t>(N)));
 }
 
@@ -52,8 +54,7 @@ int columns_per_pass(int N, int K) {
 
 int amx_k_chunk(int M, int N, int K, int threads) {
   const int pass = columns_per_pass(N, K);
-  constexpr size_t kBytes = size_t{1} << 20;
-  const int chunk = static_cast<int>(kBytes / (static_cast<size_t>(N) * 2) / 32 * 32);
+  const int chunk = static_cast<int>(kPassBytes / (static_cast<size_t>(N) * 2) / 32 * 32);
   if (pass >= N || chunk < 256 || chunk >= K) return K;
   const double rows = static_cast<double>(M) / std::max(1, threads);
   const double a_share = rows * K * 2, b = static_cast<double>(N) * K * 2, c_share = rows * N * 4;
