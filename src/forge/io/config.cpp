@@ -27,6 +27,64 @@ const char* json_type_name(const json& v) {
   return v.type_name();
 }
 
+// Finds a key given twice in one object, which json::parse would read as the last one given,
+// silently (a config edited by hand may set "lr" twice): a SAX pass that keeps, for each object
+// being read, its dotted name and the keys seen so far.
+class DuplicateKeys : public nlohmann::json_sax<json> {
+ public:
+  std::string duplicate;  // the dotted name of the first key found twice, or empty
+
+  bool key(string_t& k) override {
+    Object& o = open_.back();
+    if (!o.keys.insert(k).second) {
+      duplicate = o.name.empty() ? k : o.name + "." + k;
+      return false;  // stops the pass
+    }
+    last_key_ = k;
+    return true;
+  }
+  bool start_object(std::size_t) override {
+    open_.push_back({child_name(), false, {}});
+    return true;
+  }
+  bool end_object() override { return close(); }
+  bool start_array(std::size_t) override {
+    open_.push_back({child_name(), true, {}});
+    return true;
+  }
+  bool end_array() override { return close(); }
+  bool null() override { return true; }
+  bool boolean(bool) override { return true; }
+  bool number_integer(number_integer_t) override { return true; }
+  bool number_unsigned(number_unsigned_t) override { return true; }
+  bool number_float(number_float_t, const string_t&) override { return true; }
+  bool string(string_t&) override { return true; }
+  bool binary(binary_t&) override { return true; }
+  // Malformed JSON is json::parse's to report, with its position.
+  bool parse_error(std::size_t, const std::string&, const nlohmann::detail::exception&) override {
+    return false;
+  }
+
+ private:
+  struct Object {
+    std::string name;
+    bool array;  // its elements go by its name
+    std::set<std::string> keys;
+  };
+  std::string child_name() const {
+    if (open_.empty()) return "";
+    const Object& parent = open_.back();
+    if (parent.array || parent.name.empty()) return parent.array ? parent.name : last_key_;
+    return parent.name + "." + last_key_;
+  }
+  bool close() {
+    open_.pop_back();
+    return true;
+  }
+  std::vector<Object> open_;
+  std::string last_key_;
+};
+
 // Reads the fields of one JSON object, remembers which names it knew, and reports the rest
 // as unknown, so a typo like "stpes" never silently falls back to a default.
 class Section {
@@ -208,7 +266,13 @@ Config load_config(const std::string& path) {
     j = json::parse(text);
   } catch (const json::parse_error& e) {
     fail("{}: malformed JSON at byte {}: {}", path, e.byte, e.what());
+  } catch (const json::exception& e) {  // e.g. a number too large for a double
+    fail("{}: unreadable JSON: {}", path, e.what());
   }
+  DuplicateKeys dup;
+  json::sax_parse(text, &dup);
+  if (!dup.duplicate.empty())
+    fail("{}: field '{}' is given twice; expected each field once", path, dup.duplicate);
   return parse_config(j, path);
 }
 
