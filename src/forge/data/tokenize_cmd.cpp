@@ -11,6 +11,7 @@
 #include "forge/core/error.h"
 #include "forge/data/gpt2_bpe.h"
 #include "forge/data/tokenizer.h"
+#include "forge/io/atomic_file.h"
 
 namespace forge {
 
@@ -26,12 +27,7 @@ int run_tokenize(const std::string& tokenizer, const std::string& file, std::ost
     ss << std::cin.rdbuf();
     text = ss.str();
   } else {
-    std::ifstream f(file, std::ios::binary);
-    if (!f) fail("{}: cannot open the file to tokenize", file);
-    std::ostringstream ss;
-    ss << f.rdbuf();
-    if (f.bad()) fail("{}: read error", file);
-    text = ss.str();
+    text = read_text_file(file);  // refuses a folder, names the file
   }
   const std::vector<uint32_t> ids = tok->encode(text);
   fmt::memory_buffer buf;
