@@ -16,7 +16,7 @@ Progress::Progress(int64_t total, int64_t start, bool enabled)
       last_draw_(t0_) {}
 
 void Progress::draw() {
-  if (!tty_ || total_ <= 0) return;
+  if (!tty_ || finished_ || total_ <= 0) return;
   const double frac = static_cast<double>(done_) / total_;
   const int width = 30, filled = static_cast<int>(frac * width);
   const double elapsed =
@@ -46,7 +46,8 @@ void Progress::message(const std::string& line) {
 }
 
 void Progress::finish() {
-  if (tty_) fmt::print(stderr, "\r\033[K");
+  if (tty_ && !finished_) fmt::print(stderr, "\r\033[K");
+  finished_ = true;  // lines printed after the bar (the last validation, the summary) stay bare
 }
 
 }  // namespace forge

@@ -14,13 +14,13 @@ class Progress {
   Progress(int64_t total, int64_t start, bool enabled);
   void update(int64_t done, double value);  // value shown beside the bar (e.g. the loss)
   void message(const std::string& line);    // one line on stdout, bar redrawn below
-  void finish();
+  void finish();                            // clears the bar; it is not drawn again
 
  private:
   void draw();
   int64_t total_, start_, done_;
   double value_ = 0;
-  bool tty_;
+  bool tty_, finished_ = false;
   std::chrono::steady_clock::time_point t0_, last_draw_;
 };
 
