@@ -15,8 +15,16 @@ void register_data(CLI::App& app) {
   prep->add_option("--vocab-dir", o->tokenizer_options.vocab_dir,
                    "folder with encoder.json and vocab.bpe (gpt2)");
   prep->add_option("--out", o->out_dir, "output folder for train.bin and val.bin")->required();
-  prep->add_option("--val-fraction", o->val_fraction, "share of documents for validation")
-      ->check(CLI::Range(0.0, 0.5));
+  prep->add_option("--val-fraction", o->val_fraction,
+                   "share of documents for validation, above 0 and at most 0.5: every k-th "
+                   "document, k = round(1 / share) (default 0.1)")
+      ->check(CLI::Validator(
+          [](std::string& text) -> std::string {
+            double f = 0;
+            if (CLI::detail::lexical_cast(text, f) && f > 0 && f <= 0.5) return {};
+            return "expected a share above 0 and at most 0.5, got " + text;
+          },
+          "SHARE in (0, 0.5]"));
   prep->add_option("--text-field", o->text_field, "field of .jsonl lines that holds the text");
   prep->add_option("inputs", o->inputs, "files or folders")->required();
   prep->callback([o] { prepare_data(*o); });

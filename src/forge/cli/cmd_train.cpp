@@ -4,6 +4,7 @@
 #include <sstream>
 
 #include "forge/cli/commands.h"
+#include "forge/cli/validators.h"
 #include "forge/core/error.h"
 #include "forge/numerics/numerics.h"
 #include "forge/train/trainer.h"
@@ -15,19 +16,25 @@ void register_train(CLI::App& app) {
   auto opt = std::make_shared<TrainOptions>();
   auto act_steps = std::make_shared<std::string>();
   cmd->add_option("--config", opt->config_path, "config JSON (see configs/)")->required();
-  cmd->add_option("--resume", opt->resume,
-                  "checkpoint directory to continue from, bit for bit (or a run's "
-                  "OUT/checkpoints/latest, or OUT: the checkpoint it names)");
-  cmd->add_option("--init", opt->init, "safetensors file with the initial parameters (HF names)");
+  auto* resume = cmd->add_option("--resume", opt->resume,
+                                 "checkpoint directory to continue from, bit for bit (or a run's "
+                                 "OUT/checkpoints/latest, or OUT: the checkpoint it names)");
+  cmd->add_option("--init", opt->init, "safetensors file with the initial parameters (HF names)")
+      ->excludes(resume);
   cmd->add_option("--numerics", opt->numerics,
-                  fmt::format("numerics profile: {}", fmt::join(numerics_profiles(), " | ")));
+                  fmt::format("numerics profile: {} (default: the config's; with --resume, the "
+                              "checkpoint's)",
+                              fmt::join(numerics_profiles(), " | ")))
+      ->check(CLI::IsMember(numerics_profiles()));
   cmd->add_option("--dump", opt->dump_dir, "write equivalence dumps into this directory");
   cmd->add_option("--dump-level", opt->dump_level,
                   "1: loss, grads, params per step; 2: + activations")
       ->check(CLI::Range(1, 2));
   cmd->add_option("--dump-act-steps", *act_steps, "steps with level-2 activations, e.g. 1,8");
-  cmd->add_option("--steps", opt->steps, "override train.steps (also the schedule's length)");
-  cmd->add_option("--stop-after", opt->stop_after, "stop with a checkpoint after this many steps");
+  cmd->add_option("--steps", opt->steps, "override train.steps (also the schedule's length)")
+      ->check(positive_integer());
+  cmd->add_option("--stop-after", opt->stop_after, "stop with a checkpoint after this many steps")
+      ->check(positive_integer());
   cmd->add_option("--out-dir", opt->out_dir, "override out_dir");
   cmd->add_flag("--quiet", opt->quiet, "no per-step lines (metrics.jsonl is still written)");
   cmd->add_option(

@@ -3,6 +3,7 @@
 #include <cstdlib>
 
 #include "forge/cli/commands.h"
+#include "forge/cli/validators.h"
 #include "forge/numerics/numerics.h"
 #include "forge/verify/verify.h"
 
@@ -21,8 +22,7 @@ void register_verify(CLI::App& app) {
       ->check(CLI::IsMember(numerics_profiles()));
   cmd->add_option("--config", o->config, "config JSON read by both sides")->required();
   cmd->add_option("--out", o->out_dir, "report folder (default runs/verify/<gate>-<profile>)");
-  cmd->add_option("--steps", o->steps, "override the gate's step count")
-      ->check(CLI::PositiveNumber);
+  cmd->add_option("--steps", o->steps, "override the gate's step count")->check(positive_integer());
   cmd->add_option("--threads", o->threads, "threads on both sides (default: train.threads)")
       ->check(CLI::Range(0, 4096));
   cmd->add_option(

@@ -9,6 +9,7 @@
 #include "forge/cli/commands.h"
 #include "forge/core/env.h"
 #include "forge/core/error.h"
+#include "forge/kernels/cpu/dispatch.h"
 
 int main(int argc, char** argv) {
   CLI::App app{
@@ -24,6 +25,7 @@ int main(int argc, char** argv) {
   forge::cli::register_tokenize(app);
   try {
     forge::read_environment_switches();
+    forge::kernels::cpu::active_isa();  // FORGE_CPU_ISA, checked before any command runs
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {
     return app.exit(e);
