@@ -104,6 +104,69 @@ expect_error "eval: no batches" "--batches: Value 0 not in range 1" \
   "$FORGE" eval --config good.json --batches 0
 expect_error "sample: negative threads" "--threads: Value -3 not in range 0 to 4096" \
   "$FORGE" sample --config good.json --threads -3
+expect_error "train: zero steps" "--steps: expected an integer above 0, got 0" \
+  "$FORGE" train --config good.json --steps 0
+expect_error "train: negative stop-after" "--stop-after: expected an integer above 0, got -1" \
+  "$FORGE" train --config good.json --stop-after -1
+expect_error "train: --init with --resume" "--resume excludes --init|--init excludes --resume" \
+  "$FORGE" train --config good.json --init x.safetensors --resume run
+expect_error "train: unknown --numerics" "--numerics: fp8 not in" \
+  "$FORGE" train --config good.json --numerics fp8
+expect_error "sample: zero tokens, said plainly" "--tokens: expected an integer above 0, got 0" \
+  "$FORGE" sample --checkpoint run --tokens 0
+expect_error "sample: NaN temperature" "--temperature: expected a number of at least 0, got nan" \
+  "$FORGE" sample --checkpoint run --temperature nan
+expect_error "sample: a tokenizer larger than the vocabulary" \
+  "--tokenizer gpt2: its 50257 tokens do not fit field 'model\.vocab_size' \(256\)" \
+  "$FORGE" sample --checkpoint run --tokenizer gpt2
+expect_error "data prepare: val fraction 0" "--val-fraction: expected a share above 0 and at most 0\.5, got 0" \
+  "$FORGE" data prepare --out prep0 --val-fraction 0 "$SRC/configs/tiny.json"
+make_config noeval.json good.json train.eval_batches=0
+expect_error "eval: no validation batches" "noeval\.json: field 'train\.eval_batches' is 0 \(no validation\)" \
+  "$FORGE" eval --checkpoint run --config noeval.json
+expect_error "tokenize: a folder" "data: cannot open: is a directory" \
+  "$FORGE" tokenize --tokenizer bytes data
+
+# A config that gives a field twice (the last would win, silently), or a number no double holds.
+printf '{"train": {"lr": 1e-3, "lr": 2e-3}}' > twice.json
+expect_error "field given twice" "twice\.json: field 'train\.lr' is given twice" \
+  "$FORGE" train --config twice.json
+printf '{"train": {"lr": 1e400}}' > huge.json
+expect_error "number beyond a double" "huge\.json: unreadable JSON: .*1e400" \
+  "$FORGE" train --config huge.json
+
+# Shards the model cannot read, every one refused before training starts and before the run
+# folder is made: tokens outside the vocabulary (a headerless file of uint16 ids up to 65535,
+# which the embedding would have indexed past its rows), a missing validation shard, a folder.
+"$PY" -c "import struct; open('ids.bin', 'wb').write(struct.pack('<5000H', *[(i * 7919) % 65535 for i in range(5000)]))"
+make_config outside.json good.json data.train='"ids.bin"' out_dir='"refused"'
+expect_error "train tokens outside the vocabulary" \
+  "ids\.bin: token 7919 at index 1 is not below field 'model\.vocab_size' \(256\) of outside\.json" \
+  "$FORGE" train --config outside.json
+make_config outside_val.json good.json data.val='"ids.bin"' out_dir='"refused"'
+expect_error "val tokens outside the vocabulary" "ids\.bin: token 7919 at index 1 is not below" \
+  "$FORGE" train --config outside_val.json
+expect_error "eval tokens outside the vocabulary" "ids\.bin: token 7919 at index 1 is not below" \
+  "$FORGE" eval --checkpoint run --data ids.bin
+make_config noval.json good.json data.val='"nope.bin"' out_dir='"refused"'
+expect_error "missing val shard" "noval\.json: field 'data\.val': nope\.bin: cannot open" \
+  "$FORGE" train --config noval.json
+make_config dirshard.json good.json data.train='"data"' out_dir='"refused"'
+expect_error "a folder as the train shard" \
+  "dirshard\.json: field 'data\.train': data: expected a token shard file, found a folder" \
+  "$FORGE" train --config dirshard.json
+expect_error "bad FORGE_CPU_ISA" "FORGE_CPU_ISA: expected avx512, avx2 or generic, got 'foo'" \
+  env FORGE_CPU_ISA=foo "$FORGE" train --config good.json --out-dir refused
+[ ! -e refused ] || fail "a refused run left its folder behind"
+# data prepare that fails on its input leaves no output folder (nor the parents it made).
+printf '{"text": 5}\n' > notext.jsonl
+expect_error "data prepare: a bad .jsonl line" "notext\.jsonl:1: field 'text': expected a string" \
+  "$FORGE" data prepare --out made/prep notext.jsonl
+[ ! -e made ] || fail "a failed data prepare left its output folder behind"
+mkdir kept
+expect_error "data prepare into a folder that exists" "notext\.jsonl:1" \
+  "$FORGE" data prepare --out kept notext.jsonl
+[ -d kept ] || fail "a failed data prepare removed a folder it did not make"
 
 expect_no_partial_files "$WORK"
 echo "ok: no partial files"

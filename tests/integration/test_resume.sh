@@ -26,3 +26,35 @@ for f in model.safetensors optimizer.safetensors; do
     fail "$f differs between the straight and the resumed run"
   echo "ok: $f identical"
 done
+
+# Resumed again from step 10 (as after a crash past that checkpoint), the run drops the records
+# of the steps after it before going on: metrics.jsonl keeps one record per step, the same ones.
+"$FORGE" train --config cfg.json --out-dir split --resume split/checkpoints/step_000010 --quiet
+"$PY" - <<'PYEOF'
+import json, sys
+def records(path):
+    return [json.loads(line) for line in open(path)]
+a, b = records("straight/metrics.jsonl"), records("split/metrics.jsonl")
+steps = [r["step"] for r in b if "loss" in r]
+assert steps == list(range(1, 21)), f"FAIL: steps in metrics.jsonl after a second resume: {steps}"
+assert [r["loss"] for r in a if "loss" in r] == [r["loss"] for r in b if "loss" in r], "FAIL: losses differ"
+print("ok: a second resume from step 10 leaves steps 1..20 once each, the same losses")
+PYEOF
+
+# Nothing left to train: refused in one line, the checkpoint untouched.
+expect_error "resume at the end" "--resume: split is at step 20, and the run ends at step 20" \
+  "$FORGE" train --config cfg.json --out-dir split --resume split
+
+# A run trained with --numerics bf16 resumes in bf16 without being told (the config says
+# nothing of numerics, so it would otherwise be `fast`), bit for bit.
+"$FORGE" train --config cfg.json --out-dir bf16_straight --numerics bf16 --steps 8 --quiet
+"$FORGE" train --config cfg.json --out-dir bf16_split --numerics bf16 --steps 8 --stop-after 4 --quiet
+"$FORGE" train --config cfg.json --out-dir bf16_split --steps 8 \
+  --resume bf16_split/checkpoints/step_000004 --quiet
+grep -q '"numerics": "bf16"' bf16_split/checkpoints/step_000008/state.json ||
+  fail "the resumed run did not keep the checkpoint's numerics"
+for f in model.safetensors optimizer.safetensors; do
+  cmp bf16_straight/checkpoints/step_000008/$f bf16_split/checkpoints/step_000008/$f ||
+    fail "$f differs between the straight bf16 run and the one resumed without --numerics"
+done
+echo "ok: resumed without --numerics, the bf16 run went on in bf16, bit for bit"

@@ -6,9 +6,11 @@
 #include <nlohmann/json.hpp>
 
 #include "forge/cli/commands.h"
+#include "forge/cli/validators.h"
 #include "forge/core/error.h"
 #include "forge/core/threads.h"
 #include "forge/data/tokenizer.h"
+#include "forge/train/data_loader.h"
 #include "forge/train/evaluate.h"
 #include "forge/train/loaded_model.h"
 #include "forge/verify/logits.h"
@@ -16,9 +18,10 @@
 namespace forge::cli {
 
 namespace {
-// Byte-level vocabularies use the byte tokenizer; anything larger is GPT-2 BPE.
+// GPT-2's BPE where the model's vocabulary holds its 50257 tokens; else bytes (a byte-level
+// model, whose vocabulary may be padded past 256). Other tokenizers are named with --tokenizer.
 std::string default_tokenizer(const ModelConfig& m) {
-  return m.vocab_size <= 256 ? "bytes" : "gpt2";
+  return m.vocab_size >= 50257 ? "gpt2" : "bytes";
 }
 }  // namespace
 
@@ -51,6 +54,11 @@ void register_eval(CLI::App& app) {
     const std::string data = o->data.empty() ? c.data.val : o->data;
     if (data.empty()) fail("{}: field 'data.val' is empty and no --data was given", c.path);
     const int batches = o->batches > 0 ? o->batches : c.train.eval_batches;
+    if (batches < 1)
+      fail("{}: field 'train.eval_batches' is 0 (no validation) and no --batches was given",
+           c.path);
+    check_shard_vocabulary(DataLoader(data, c.train.batch_size, c.train.seq_len).shard(),
+                           c.model.vocab_size, c.path);
     const double loss =
         o->dump_logits.empty()
             ? evaluate_loss(*lm.model, data, c.train.batch_size, c.train.seq_len, batches)
@@ -82,12 +90,11 @@ void register_sample(CLI::App& app) {
       ->required();
   cmd->add_option("--config", o->config, "config JSON (default: the checkpoint's own)");
   cmd->add_option("--prompt", o->prompt, "text to continue");
-  cmd->add_option("--tokens", o->s.max_new_tokens, "tokens to generate")
-      ->check(CLI::PositiveNumber);
+  cmd->add_option("--tokens", o->s.max_new_tokens, "tokens to generate")->check(positive_integer());
   cmd->add_option("--temperature", o->s.temperature, "softmax temperature (0 = greedy)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(non_negative_number());
   cmd->add_option("--top-k", o->s.top_k, "sample among the k most likely tokens (0 = all)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(non_negative_integer());
   cmd->add_option("--seed", o->s.seed, "random seed");
   cmd->add_option("--tokenizer", o->tokenizer, "bytes | gpt2 (default: from the vocabulary size)");
   cmd->add_option("--vocab-dir", o->vocab_dir, "folder with encoder.json and vocab.bpe (gpt2)");
@@ -100,8 +107,13 @@ void register_sample(CLI::App& app) {
     const std::string tok_name =
         o->tokenizer.empty() ? default_tokenizer(lm.config.model) : o->tokenizer;
     auto tok = make_tokenizer(tok_name, TokenizerOptions{o->vocab_dir});
+    const int V = lm.config.model.vocab_size;
+    if (tok->vocab_size() > static_cast<uint32_t>(V))
+      fail("--tokenizer {}: its {} tokens do not fit field 'model.vocab_size' ({}) of {}", tok_name,
+           tok->vocab_size(), V, lm.config.path);
     std::vector<int32_t> prompt;
     for (uint32_t t : tok->encode(o->prompt)) prompt.push_back(static_cast<int32_t>(t));
+    if (prompt.empty()) fail("--prompt: expected text that makes at least one token");
     fmt::print("{}", o->prompt);
     std::fflush(stdout);
     const auto t0 = std::chrono::steady_clock::now();

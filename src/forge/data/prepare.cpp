@@ -213,7 +213,7 @@ PrepareResult prepare_data(const PrepareOptions& options, const Tokenizer& token
   const std::vector<InputFile> files = list_inputs(options.inputs);
   uint64_t total_bytes = 0;
   for (const auto& f : files) total_bytes += f.size;
-  ensure_writable_dir(options.out_dir);
+  const OutputFolder out(options.out_dir);  // removed again, if it was made, when this fails
 
   PrepareResult r;
   r.vocab_size = tokenizer.vocab_size();

@@ -104,6 +104,11 @@ ShardReader::ShardReader(const std::string& path, ShardFormat format) : path_(pa
     ::close(fd);
     fail("{}: cannot stat: {}", path, std::strerror(err));
   }
+  if (!S_ISREG(st.st_mode)) {
+    ::close(fd);
+    fail("{}: expected a token shard file, found {}", path,
+         S_ISDIR(st.st_mode) ? "a folder" : "something that is not a regular file");
+  }
   map_size_ = static_cast<size_t>(st.st_size);
   if (map_size_ > 0) {
     void* p = ::mmap(nullptr, map_size_, PROT_READ, MAP_PRIVATE, fd, 0);
@@ -229,14 +234,22 @@ void ShardReader::read(size_t start, size_t n, int32_t* dst) const {
   }
 }
 
-void ShardReader::check_vocab(uint32_t vocab_size) const {
-  for (size_t i = 0; i < count_; ++i) {
-    uint32_t t = bytes_per_token_ == 2 ? load_le<uint16_t>(tokens_ + 2 * i)
-                                       : load_le<uint32_t>(tokens_ + 4 * i);
-    if (t >= vocab_size)
-      fail("{}: token {} at index {} is not below the model's vocab_size {}", path_, t, i,
-           vocab_size);
+size_t ShardReader::first_token_at_or_above(uint32_t limit) const {
+  if (bytes_per_token_ == 2) {
+    for (size_t i = 0; i < count_; ++i)
+      if (load_le<uint16_t>(tokens_ + 2 * i) >= limit) return i;
+  } else {
+    for (size_t i = 0; i < count_; ++i)
+      if (load_le<uint32_t>(tokens_ + 4 * i) >= limit) return i;
   }
+  return count_;
+}
+
+void ShardReader::check_vocab(uint32_t vocab_size) const {
+  const size_t i = first_token_at_or_above(vocab_size);
+  if (i < count_)
+    fail("{}: token {} at index {} is not below the model's vocab_size {}", path_, (*this)[i], i,
+         vocab_size);
 }
 
 }  // namespace forge

@@ -7,6 +7,7 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <exception>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -153,6 +154,20 @@ void ensure_writable_dir(const std::string& dir) {
   if (fd < 0) fail("{}: directory is not writable: {}", dir, errno_text(errno));
   ::close(fd);
   ::unlink(probe.c_str());
+}
+
+OutputFolder::OutputFolder(const std::string& dir) {
+  std::error_code ec;
+  for (std::filesystem::path p = std::filesystem::absolute(dir, ec).lexically_normal();
+       !p.empty() && !std::filesystem::exists(p, ec) && p != p.parent_path(); p = p.parent_path())
+    made_.push_back(p.string());
+  ensure_writable_dir(dir);
+}
+
+OutputFolder::~OutputFolder() {
+  if (std::uncaught_exceptions() == 0) return;
+  std::error_code ec;  // a folder that is not empty (or not ours to remove) stays
+  for (const std::string& p : made_) std::filesystem::remove(p, ec);
 }
 
 std::string read_text_file(const std::string& path) {

@@ -5,6 +5,7 @@
 #include <functional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 namespace forge {
 
@@ -15,5 +16,19 @@ void write_text_atomic(const std::string& path, std::string_view text);
 // Creates dir (and parents); throws naming dir if it cannot be created or written into.
 void ensure_writable_dir(const std::string& dir);
 std::string read_text_file(const std::string& path);  // throws naming path
+
+// A command's output folder, made (with its missing parents) by ensure_writable_dir. Destroyed
+// while an exception is in flight, it removes again each folder it made that is still empty,
+// so that a command that fails before writing its output leaves no folder behind.
+class OutputFolder {
+ public:
+  explicit OutputFolder(const std::string& dir);
+  ~OutputFolder();
+  OutputFolder(const OutputFolder&) = delete;
+  OutputFolder& operator=(const OutputFolder&) = delete;
+
+ private:
+  std::vector<std::string> made_;  // deepest first
+};
 
 }  // namespace forge

@@ -171,8 +171,7 @@ void remove_partial_checkpoints(const std::string& out_dir) {
   for (const auto& p : partial) fs::remove_all(p, ec);
 }
 
-TrainState load_checkpoint(const std::string& path, const ParamLayout& layout, float* params,
-                           float* exp_avg, float* exp_avg_sq) {
+TrainState read_checkpoint_state(const std::string& path) {
   const std::string dir = resolve_checkpoint(path);
   const fs::path d(dir);
   if (!fs::is_directory(d)) fail("{}: not a checkpoint directory", dir);
@@ -200,6 +199,13 @@ TrainState load_checkpoint(const std::string& path, const ParamLayout& layout, f
   } catch (const nlohmann::json::exception& e) {
     fail("{}: {}", state_path, e.what());
   }
+  return s;
+}
+
+TrainState load_checkpoint(const std::string& path, const ParamLayout& layout, float* params,
+                           float* exp_avg, float* exp_avg_sq) {
+  TrainState s = read_checkpoint_state(path);
+  const fs::path d(resolve_checkpoint(path));
   load_params((d / "model.safetensors").string(), layout, params);
   if (exp_avg && exp_avg_sq) {
     SafetensorsFile f((d / "optimizer.safetensors").string());

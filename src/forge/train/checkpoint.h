@@ -35,6 +35,8 @@ void load_params(const std::string& path, const ParamLayout& layout, float* para
 
 void save_checkpoint(const std::string& dir, const ParamLayout& layout, const float* params,
                      const float* exp_avg, const float* exp_avg_sq, const TrainState& state);
+// The state.json of a checkpoint (any path resolve_checkpoint takes), tensors not read.
+TrainState read_checkpoint_state(const std::string& path);
 // Loads model, optimizer and state from a checkpoint (any path resolve_checkpoint takes);
 // exp_avg / exp_avg_sq may be null (model only).
 TrainState load_checkpoint(const std::string& path, const ParamLayout& layout, float* params,

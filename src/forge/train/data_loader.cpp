@@ -42,4 +42,15 @@ void DataLoader::set_cursor(uint64_t pos) {
   pos_ = pos;
 }
 
+void check_shard_vocabulary(const ShardReader& shard, int vocab_size,
+                            const std::string& config_path) {
+  if (shard.vocab_size() > static_cast<uint32_t>(vocab_size))
+    fail("{}: field 'model.vocab_size' is {} but {} was made with a vocabulary of {}", config_path,
+         vocab_size, shard.path(), shard.vocab_size());
+  const size_t i = shard.first_token_at_or_above(static_cast<uint32_t>(vocab_size));
+  if (i < shard.size())
+    fail("{}: token {} at index {} is not below field 'model.vocab_size' ({}) of {}", shard.path(),
+         shard[i], i, vocab_size, config_path);
+}
+
 }  // namespace forge

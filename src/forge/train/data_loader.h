@@ -31,4 +31,11 @@ class DataLoader {
   std::vector<int32_t> window_;
 };
 
+// Refuses a shard whose tokens a model of vocab_size cannot embed, naming the config whose
+// field 'model.vocab_size' it is: one made with a larger vocabulary (its header says so), or
+// one holding a token at or above vocab_size (a headerless file, or a header that lies; read
+// unchecked, such a token would index past the embedding's rows). Reads the whole shard once.
+void check_shard_vocabulary(const ShardReader& shard, int vocab_size,
+                            const std::string& config_path);
+
 }  // namespace forge

@@ -11,17 +11,16 @@
 namespace forge {
 
 double evaluate_loss(Model& model, const std::string& shard_path, int B, int T, int batches) {
+  if (batches < 1) fail("evaluate: expected at least one micro-batch, got {}", batches);
   DataLoader val(shard_path, B, T);
   const uint64_t per_batch = static_cast<uint64_t>(B) * T;
-  const int available = static_cast<int>((val.shard().size() - 1) / per_batch);
-  const int n = std::max(1, std::min(batches, available));
   std::vector<int32_t> inputs(per_batch), targets(per_batch);
   double sum = 0;
-  for (int i = 0; i < n; ++i) {
+  for (int i = 0; i < batches; ++i) {
     val.next(inputs.data(), targets.data());
     sum += model.forward(inputs.data(), targets.data(), B, T);
   }
-  return sum / n;
+  return sum / batches;
 }
 
 std::vector<int32_t> generate(Model& model, std::vector<int32_t> tokens, int T,

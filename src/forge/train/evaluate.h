@@ -10,8 +10,9 @@
 
 namespace forge {
 
-// Mean of the mean cross-entropies of `batches` micro-batches read from the start of the
-// shard (docs/formats.md); batches is capped by what the shard holds.
+// Mean of the mean cross-entropies of `batches` (>= 1) micro-batches read from the start of
+// the shard with the training stream's rule (docs/formats.md): past its end the cursor wraps to
+// the start, as the reference's does, so a shard of fewer batches is read again.
 double evaluate_loss(Model& model, const std::string& shard_path, int B, int T, int batches);
 
 struct SampleOptions {

@@ -65,11 +65,36 @@ void check_resume_compatible(const Config& cfg, const nlohmann::json& saved, con
         cfg.train.batch_size, cfg.train.seq_len, cfg.train.grad_accum_steps, world);
 }
 
+// A resumed run appends to metrics.jsonl from its checkpoint's step on. The records of later
+// steps (a run that went on past that checkpoint before it stopped) and a line cut short by a
+// killed writer are dropped first, so that no step appears twice and every line parses.
+void drop_metrics_after(const std::string& path, int64_t step) {
+  std::ifstream in(path);
+  if (!in) return;
+  std::string kept, line;
+  while (std::getline(in, line)) {
+    const auto j = nlohmann::json::parse(line, nullptr, false);
+    if (j.is_discarded() || !j.is_object()) continue;
+    if (const auto s = j.find("step"); s != j.end() && s->is_number() && s->get<int64_t>() > step)
+      continue;
+    kept += line + "\n";
+  }
+  write_text_atomic(path, kept);
+}
+
 }  // namespace
 
 TrainResult run_training(const TrainOptions& opt) {
   Config cfg = load_config(opt.config_path);
-  if (!opt.numerics.empty()) cfg.numerics = opt.numerics;
+  if (!opt.numerics.empty()) {
+    cfg.numerics = opt.numerics;
+  } else if (!opt.resume.empty()) {
+    // A resumed run goes on in the numerics its checkpoint was trained with (bit for bit),
+    // whatever the config file says, unless --numerics chooses.
+    const nlohmann::json saved = read_checkpoint_state(opt.resume).config;
+    if (const auto n = saved.find("numerics"); n != saved.end() && n->is_string())
+      cfg.numerics = n->get<std::string>();
+  }
   if (opt.steps >= 0) cfg.train.steps = opt.steps;
   if (!opt.out_dir.empty()) cfg.out_dir = opt.out_dir;
   validate_config(cfg);
@@ -99,20 +124,36 @@ TrainResult run_training(const TrainOptions& opt) {
         "--dump: with ZeRO-1 sharding no rank holds the full gradients; dump a "
         "replicated run instead");
 
-  if (lead) {
-    ensure_writable_dir(cfg.out_dir);
-    remove_partial_checkpoints(cfg.out_dir);  // DP (faults): leftovers of a killed writer
-  }
   const int threads = set_thread_count(tc.threads);
 
-  DataLoader train_data(cfg.data.train, B, T, rank, world);
-  if (train_data.shard().vocab_size() > static_cast<uint32_t>(cfg.model.vocab_size))
-    fail("{}: field 'model.vocab_size' is {} but {} was made with a vocabulary of {}", cfg.path,
-         cfg.model.vocab_size, cfg.data.train, train_data.shard().vocab_size());
+  // Both shards are opened and checked before the first step, so that no run trains for hours
+  // and then fails on its validation shard with nothing saved. A shard that cannot be read is
+  // named with the config's field that chose it.
+  auto open_shard = [&](const char* field, const std::string& path, int rank_, int world_) {
+    try {
+      return DataLoader(path, B, T, rank_, world_);
+    } catch (const Error& e) {
+      fail("{}: field '{}': {}", cfg.path, field, e.what());
+    }
+  };
+  DataLoader train_data = open_shard("data.train", cfg.data.train, rank, world);
+  check_shard_vocabulary(train_data.shard(), cfg.model.vocab_size, cfg.path);
+  const bool validates = !cfg.data.val.empty() && tc.eval_batches > 0;
+  if (validates)
+    check_shard_vocabulary(open_shard("data.val", cfg.data.val, 0, 1).shard(), cfg.model.vocab_size,
+                           cfg.path);
 
   auto numerics = make_numerics(cfg.numerics);
   set_subnormals_flushed(numerics->flushes_subnormals());
-  auto model = make_model(cfg.model, B, T, *numerics);
+  // The model's weights and activations are its config's size: a size this machine cannot hold
+  // is named with the config.
+  auto model = [&] {
+    try {
+      return make_model(cfg.model, B, T, *numerics);
+    } catch (const Error& e) {
+      fail("{}: fields 'model', 'train.batch_size' and 'train.seq_len': {}", cfg.path, e.what());
+    }
+  }();
   const ParamLayout& layout = model->layout();
   const size_t P = layout.total_floats();
   // DP: backward always writes micro_grads, which are reduced onto grads; ZeRO-1 keeps the
@@ -150,21 +191,33 @@ TrainResult run_training(const TrainOptions& opt) {
     model->init_weights(tc.seed);
   }
 
+  // The run folder is made once everything it depends on has been read and checked, so that
+  // a refused run leaves no empty folder behind.
+  if (lead) {
+    ensure_writable_dir(cfg.out_dir);
+    remove_partial_checkpoints(cfg.out_dir);  // DP (faults): leftovers of a killed writer
+  }
   std::unique_ptr<DumpWriter> dump;
   if (!opt.dump_dir.empty() && lead)
     dump = std::make_unique<DumpWriter>(opt.dump_dir, opt.dump_level < 1 ? 1 : opt.dump_level,
                                         opt.dump_act_steps);
 
+  const int64_t last_step =
+      opt.stop_after >= 0 ? std::min<int64_t>(opt.stop_after, tc.steps) : tc.steps;
+  if (state.step >= last_step)
+    fail("--resume: {} is at step {}, and the run ends at step {} ({}): nothing left to train",
+         opt.resume, state.step, last_step,
+         last_step < tc.steps ? "--stop-after" : fmt::format("train.steps of {}", cfg.path));
+
   // Five 60 ms trials: a 0.1 s window (five of 20 ms) on a shared host once read half the
   // machine (240 GFLOP/s where 460 was measured minutes later) and printed an MFU of 130%.
   Peak peak = measure_peak(threads, 0.3);
   const double flops_per_token = model->train_flops_per_token(T);
-  const int64_t last_step =
-      opt.stop_after >= 0 ? std::min<int64_t>(opt.stop_after, tc.steps) : tc.steps;
   // DP: ranks other than 0 write their (identical) metrics nowhere.
-  std::FILE* metrics =
-      lead ? std::fopen((cfg.out_dir + "/metrics.jsonl").c_str(), state.step > 0 ? "a" : "w")
-           : std::fopen("/dev/null", "w");
+  const std::string metrics_path = cfg.out_dir + "/metrics.jsonl";
+  if (lead && state.step > 0) drop_metrics_after(metrics_path, state.step);
+  std::FILE* metrics = lead ? std::fopen(metrics_path.c_str(), state.step > 0 ? "a" : "w")
+                            : std::fopen("/dev/null", "w");
   if (!metrics) fail("{}: cannot write metrics.jsonl", cfg.out_dir);
   struct Closer {
     std::FILE* f;
@@ -204,7 +257,7 @@ TrainResult run_training(const TrainOptions& opt) {
     if (lead) write_text_atomic(cfg.out_dir + "/checkpoints/latest", dir + "\n");
   };
   auto validate = [&](int64_t step) {
-    if (cfg.data.val.empty()) return;
+    if (!validates) return;
     const double val = evaluate_loss(*model, cfg.data.val, B, T, tc.eval_batches);
     result.val_loss = val;
     if (lead)

@@ -15,10 +15,9 @@ double dump_logits(Model& model, const std::string& shard_path, int B, int T, in
   if (batches <= 0) fail("--batches: expected a positive number of micro-batches, got {}", batches);
   const int64_t V = model.config().vocab_rows();
   const size_t BT = static_cast<size_t>(B) * T;
+  // The batches evaluate_loss reads, in its order (wrapping past the shard's end), so that the
+  // two report the same mean.
   DataLoader data(shard_path, B, T);
-  // Capped as evaluate_loss caps it, so that the two report the same mean.
-  const int available = static_cast<int>((data.shard().size() - 1) / BT);
-  batches = std::max(1, std::min(batches, available));
   std::vector<int32_t> tokens(batches * BT), targets(batches * BT);
   std::vector<float> logits(batches * BT * V), losses(batches);
   double sum = 0;
