@@ -385,6 +385,12 @@ class CompareTest(unittest.TestCase):
         self.assertEqual((rc, len(rep["excluded"]["tensors"])), (0, 2))  # present at step 1, missing at 2
 
     def test_key_bias_exemption(self):
+        # A model without c_attn biases (Llama) has no key slice to leave out: the report
+        # must not say one was.
+        rc, rep, _ = self.run_compare(dict(self.base), extra=["--exempt-k-bias"])
+        self.assertEqual((rc, rep["exempt_k_bias"]), (0, False))
+        with open(os.path.join(self.tmp.name, "out.md")) as f:
+            self.assertNotIn("key slice", f.read())
         name = "param.transformer.h.0.attn.c_attn.bias"
         self.base[name] = torch.linspace(-1, 1, 12)
         t = dict(self.base)
@@ -393,7 +399,7 @@ class CompareTest(unittest.TestCase):
         rc, rep, _ = self.run_compare(t)
         self.assertEqual((rc, rep["first_failure"]["name"]), (1, name))
         rc, rep, _ = self.run_compare(t, extra=["--exempt-k-bias"])
-        self.assertEqual((rc, rep["verdict"]), (0, "BITWISE"))
+        self.assertEqual((rc, rep["verdict"], rep["exempt_k_bias"]), (0, "BITWISE", True))
         rec = [r for r in rep["tensors"] if r["name"] == name and r["step"] == 2][0]
         self.assertIn("key slice [4, 8) exempt", rec["note"])
         t[name][9] += 1.0  # the value slice still counts
