@@ -108,6 +108,8 @@ expect_error "train: zero steps" "--steps: expected an integer above 0, got 0" \
   "$FORGE" train --config good.json --steps 0
 expect_error "train: negative stop-after" "--stop-after: expected an integer above 0, got -1" \
   "$FORGE" train --config good.json --stop-after -1
+expect_error "train: --dump-level without --dump" "--dump-level requires --dump" \
+  "$FORGE" train --config good.json --dump-level 2
 expect_error "train: --init with --resume" "--resume excludes --init|--init excludes --resume" \
   "$FORGE" train --config good.json --init x.safetensors --resume run
 expect_error "train: unknown --numerics" "--numerics: fp8 not in" \

@@ -26,11 +26,14 @@ void register_train(CLI::App& app) {
                               "checkpoint's)",
                               fmt::join(numerics_profiles(), " | ")))
       ->check(CLI::IsMember(numerics_profiles()));
-  cmd->add_option("--dump", opt->dump_dir, "write equivalence dumps into this directory");
+  auto* dump =
+      cmd->add_option("--dump", opt->dump_dir, "write equivalence dumps into this directory");
   cmd->add_option("--dump-level", opt->dump_level,
                   "1: loss, grads, params per step; 2: + activations")
-      ->check(CLI::Range(1, 2));
-  cmd->add_option("--dump-act-steps", *act_steps, "steps with level-2 activations, e.g. 1,8");
+      ->check(CLI::Range(1, 2))
+      ->needs(dump);
+  cmd->add_option("--dump-act-steps", *act_steps, "steps with level-2 activations, e.g. 1,8")
+      ->needs(dump);
   cmd->add_option("--steps", opt->steps, "override train.steps (also the schedule's length)")
       ->check(positive_integer());
   cmd->add_option("--stop-after", opt->stop_after, "stop with a checkpoint after this many steps")
