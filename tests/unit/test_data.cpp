@@ -12,6 +12,7 @@
 #include "forge/data/prepare.h"
 #include "forge/data/shard.h"
 #include "forge/data/tokenizer.h"
+#include "forge/train/data_loader.h"
 #include "test_util.h"
 
 namespace fs = std::filesystem;
@@ -80,7 +81,7 @@ TEST(DataShard, ForgeRoundTripWithUint16Tokens) {
   std::vector<int32_t> mid(7);
   r.read(333, 7, mid.data());
   for (int i = 0; i < 7; ++i) EXPECT_EQ(static_cast<uint32_t>(mid[i]), tokens[333 + i]);
-  EXPECT_NO_THROW(r.check_vocab(50257));
+  EXPECT_NO_THROW(forge::check_shard_vocabulary(r, 50257, "c.json"));
   EXPECT_EQ(std::distance(fs::directory_iterator(dir.path()), fs::directory_iterator()),
             1);  // no temp left
 }
@@ -221,10 +222,28 @@ TEST(DataShard, TokensOutsideTheVocabularyAreRejected) {
   w.append(bad, 2);
   w.finish();
   forge::ShardReader r(path);
-  EXPECT_NO_THROW(r.check_vocab(300));
-  std::string vmsg = error_of([&] { r.check_vocab(256); });
-  EXPECT_NE(vmsg.find("token 299 at index 1"), std::string::npos) << vmsg;
-  EXPECT_NE(vmsg.find(path), std::string::npos);
+  EXPECT_NO_THROW(forge::check_shard_vocabulary(r, 300, "c.json"));
+  EXPECT_EQ(r.first_token_at_or_above(300), r.size());
+  EXPECT_EQ(r.first_token_at_or_above(299), 1u);
+  // Its header says 300: a model of 256 is refused before any token is read.
+  std::string vmsg = error_of([&] { forge::check_shard_vocabulary(r, 256, "c.json"); });
+  EXPECT_NE(vmsg.find("c.json: field 'model.vocab_size' is 256 but " + path +
+                      " was made with a vocabulary of 300"),
+            std::string::npos)
+      << vmsg;
+  // A headerless file says nothing of its vocabulary: every token is read, the first one
+  // outside it named (read unchecked, it would index past the embedding's rows).
+  const std::string raw_path = dir / "raw.bin";
+  const uint16_t raw[] = {1, 255, 7, 256, 65535};
+  write_bytes(raw_path, raw, sizeof(raw));
+  forge::ShardReader raw_shard(raw_path);
+  std::string rmsg = error_of([&] { forge::check_shard_vocabulary(raw_shard, 256, "c.json"); });
+  EXPECT_NE(
+      rmsg.find(raw_path +
+                ": token 256 at index 3 is not below field 'model.vocab_size' (256) of c.json"),
+      std::string::npos)
+      << rmsg;
+  EXPECT_NO_THROW(forge::check_shard_vocabulary(raw_shard, 65536, "c.json"));
   std::vector<int32_t> out(3);
   EXPECT_THROW(r.read(1, 2, out.data()), forge::Error);
   EXPECT_THROW(forge::ShardWriter(dir / "z.bin", 0), forge::Error);

@@ -245,11 +245,4 @@ size_t ShardReader::first_token_at_or_above(uint32_t limit) const {
   return count_;
 }
 
-void ShardReader::check_vocab(uint32_t vocab_size) const {
-  const size_t i = first_token_at_or_above(vocab_size);
-  if (i < count_)
-    fail("{}: token {} at index {} is not below the model's vocab_size {}", path_, (*this)[i], i,
-         vocab_size);
-}
-
 }  // namespace forge

@@ -50,11 +50,8 @@ class ShardReader {
   // Copies tokens [start, start + n) as int32 into dst. Throws if out of range.
   void read(size_t start, size_t n, int32_t* dst) const;
   // The index of the first token >= limit, or size() when there is none; reads every token
-  // up to it.
+  // up to it (check_shard_vocabulary in train/data_loader.h names what it finds).
   size_t first_token_at_or_above(uint32_t limit) const;
-  // Scans every token once; throws naming the file, the index and the token that is not
-  // below vocab_size (a shard made with a bigger vocabulary than the model's).
-  void check_vocab(uint32_t vocab_size) const;
 
  private:
   std::string path_;

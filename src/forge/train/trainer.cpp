@@ -191,6 +191,13 @@ TrainResult run_training(const TrainOptions& opt) {
     model->init_weights(tc.seed);
   }
 
+  const int64_t last_step =
+      opt.stop_after >= 0 ? std::min<int64_t>(opt.stop_after, tc.steps) : tc.steps;
+  if (state.step >= last_step)
+    fail("--resume: {} is at step {}, and the run ends at step {} ({}): nothing left to train",
+         opt.resume, state.step, last_step,
+         last_step < tc.steps ? "--stop-after" : fmt::format("train.steps of {}", cfg.path));
+
   // The run folder is made once everything it depends on has been read and checked, so that
   // a refused run leaves no empty folder behind.
   if (lead) {
@@ -201,13 +208,6 @@ TrainResult run_training(const TrainOptions& opt) {
   if (!opt.dump_dir.empty() && lead)
     dump = std::make_unique<DumpWriter>(opt.dump_dir, opt.dump_level < 1 ? 1 : opt.dump_level,
                                         opt.dump_act_steps);
-
-  const int64_t last_step =
-      opt.stop_after >= 0 ? std::min<int64_t>(opt.stop_after, tc.steps) : tc.steps;
-  if (state.step >= last_step)
-    fail("--resume: {} is at step {}, and the run ends at step {} ({}): nothing left to train",
-         opt.resume, state.step, last_step,
-         last_step < tc.steps ? "--stop-after" : fmt::format("train.steps of {}", cfg.path));
 
   // Five 60 ms trials: a 0.1 s window (five of 20 ms) on a shared host once read half the
   // machine (240 GFLOP/s where 460 was measured minutes later) and printed an MFU of 130%.
