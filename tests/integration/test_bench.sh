@@ -114,8 +114,22 @@ grep -q "The machine's speed did not hold during this run" drift.md ||
 grep -q "the highest of 2 readings, the lowest" drift.md || fail "the peak readings are not given"
 
 expect_error "unknown profile" "--profiles: 'fats'" "$FORGE" bench --config ci.json --profiles fats
-expect_error "no profile" "--profiles: expected one or more" "$FORGE" bench --config ci.json --profiles ,
+expect_error "no profile" "--profiles: expected comma-separated names, none of them empty, got ','" \
+  "$FORGE" bench --config ci.json --profiles ,
+expect_error "an empty profile" "--profiles: .*none of them empty, got 'fast,,bf16'" \
+  "$FORGE" bench --config ci.json --profiles fast,,bf16
 expect_error "unknown mode" "--modes: 'eagre'" "$FORGE" bench --config ci.json --modes eagre
+expect_error "unknown mode without a reference" "--modes: 'bogus'" \
+  "$FORGE" bench --config ci.json --reference none --modes eager,bogus
+expect_error "no mode" "--modes: .*none of them empty, got ''" \
+  "$FORGE" bench --config ci.json --modes ''
+# Outputs that could not be written at the end are refused before the run, nothing replaced.
+echo old > existing.json
+expect_error "--md into a missing folder" "--md: cannot write nodir/b\.md: its folder nodir does not exist" \
+  "$FORGE" bench --config ci.json --reference none --json existing.json --md nodir/b.md
+[ "$(cat existing.json)" = old ] || fail "a refused bench replaced its --json file"
+expect_error "--json a folder" "--json: data is a folder" \
+  "$FORGE" bench --config ci.json --reference none --json data
 expect_error "unknown reference" "--reference: expected torch or none" \
   "$FORGE" bench --config ci.json --reference tensorflow
 expect_error "missing config" "nope\.json" "$FORGE" bench --config nope.json

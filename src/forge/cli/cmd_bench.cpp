@@ -36,12 +36,16 @@ struct BenchOptions {
   bool breakdown = false;
 };
 
-std::vector<std::string> split(const std::string& s) {
+// The names of a comma-separated option; an empty one ("fast,,bf16", "") is refused rather
+// than dropped, as a misspelt name is.
+std::vector<std::string> split_names(const std::string& s, const char* option) {
   std::vector<std::string> out;
   std::stringstream ss(s);
   std::string item;
-  while (std::getline(ss, item, ','))
-    if (!item.empty()) out.push_back(item);
+  while (std::getline(ss, item, ',')) out.push_back(item);
+  if (!s.empty() && s.back() == ',') out.push_back("");
+  if (out.empty() || std::find(out.begin(), out.end(), "") != out.end())
+    fail("{}: expected comma-separated names, none of them empty, got '{}'", option, s);
   return out;
 }
 
@@ -164,21 +168,24 @@ void run_bench(const BenchOptions& o) {
   const fs::path root = repo_root();
   const std::string python = o.python.empty() ? (root / ".venv/bin/python").string() : o.python;
   const std::string self = fs::read_symlink("/proc/self/exe").string();
-  const auto profiles = split(o.profiles);
-  const auto modes = o.reference == "none" ? std::vector<std::string>{} : split(o.modes);
+  // Refused here, before minutes of runs: a name only a child would reject, and an output
+  // file that could not be written at the end.
   if (o.reference != "torch" && o.reference != "none")
     fail("--reference: expected torch or none, got '{}'", o.reference);
-  // Refused here, before minutes of runs: a name only a child would reject.
+  const auto profiles = split_names(o.profiles, "--profiles");
   const auto known = numerics_profiles();
-  if (profiles.empty())
-    fail("--profiles: expected one or more numerics profiles of {}", fmt::join(known, ", "));
   for (const auto& prof : profiles)
     if (std::find(known.begin(), known.end(), prof) == known.end())
       fail("--profiles: '{}' is not a numerics profile: expected some of {}", prof,
            fmt::join(known, ", "));
-  for (const auto& mode : modes)
+  // Checked even where no reference runs, so that a typo is not silently ignored.
+  const auto given_modes = split_names(o.modes, "--modes");
+  for (const auto& mode : given_modes)
     if (mode != "eager" && mode != "compile")
       fail("--modes: '{}' is not a reference mode: expected eager, compile or both", mode);
+  const auto modes = o.reference == "none" ? std::vector<std::string>{} : given_modes;
+  if (!o.json_out.empty()) check_writable_file(o.json_out, "--json");
+  if (!o.md_out.empty()) check_writable_file(o.md_out, "--md");
 
   // Each engine run measures the machine's peak before and after its steps; the highest
   // reading of the run counts (a peak is what the cores can do, and a reading only loses to
@@ -320,9 +327,10 @@ void run_bench(const BenchOptions& o) {
   if (o.breakdown) {
     for (const auto& prof : profiles) {
       md += fmt::format(
-          "\nWhere a `{}` step's time goes (forge, per step; for an op holding linear layers' "
-          "GEMMs, their products' operations over the op's whole time, and that rate against "
-          "the fp32 FMA peak measured above):\n\n"
+          "\nWhere a `{}` step's time goes (forge, the mean per step over the timed steps, "
+          "which a slow step pulls above the median step of the table above; for an op "
+          "holding linear layers' GEMMs, their products' operations over the op's whole time, "
+          "and that rate against the fp32 FMA peak measured above):\n\n"
           "| op | ms | share | GEMM GFLOP/s | of fp32 peak |\n| --- | ---: | ---: | ---: | ---: "
           "|\n",
           prof);

@@ -156,6 +156,23 @@ void ensure_writable_dir(const std::string& dir) {
   ::unlink(probe.c_str());
 }
 
+void check_writable_file(const std::string& path, const char* option) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  if (path.empty()) fail("{}: expected a file name, got an empty one", option);
+  if (fs::is_directory(path, ec)) fail("{}: {} is a folder, expected a file", option, path);
+  const fs::path parent = fs::path(path).parent_path();
+  const std::string dir = parent.empty() ? "." : parent.string();
+  if (!fs::is_directory(dir, ec))
+    fail("{}: cannot write {}: its folder {} does not exist", option, path, dir);
+  const std::string probe =
+      (fs::path(dir) / (".forge_probe." + std::to_string(::getpid()))).string();
+  const int fd = ::open(probe.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  if (fd < 0) fail("{}: cannot write {}: {}", option, path, errno_text(errno));
+  ::close(fd);
+  ::unlink(probe.c_str());
+}
+
 OutputFolder::OutputFolder(const std::string& dir) {
   std::error_code ec;
   for (std::filesystem::path p = std::filesystem::absolute(dir, ec).lexically_normal();

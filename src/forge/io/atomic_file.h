@@ -15,6 +15,10 @@ void write_file_atomic(const std::string& path, const std::function<void(std::FI
 void write_text_atomic(const std::string& path, std::string_view text);
 // Creates dir (and parents); throws naming dir if it cannot be created or written into.
 void ensure_writable_dir(const std::string& dir);
+// Throws naming `option` and path unless write_file_atomic could write path now: its folder
+// exists and takes a new file, and path is not a folder. Creates nothing; for outputs written
+// after a long run, checked before it.
+void check_writable_file(const std::string& path, const char* option);
 std::string read_text_file(const std::string& path);  // throws naming path
 
 // A command's output folder, made (with its missing parents) by ensure_writable_dir. Destroyed
