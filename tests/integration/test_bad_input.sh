@@ -160,6 +160,13 @@ expect_error "a folder as the train shard" \
 expect_error "bad FORGE_CPU_ISA" "FORGE_CPU_ISA: expected avx512, avx2 or generic, got 'foo'" \
   env FORGE_CPU_ISA=foo "$FORGE" train --config good.json --out-dir refused
 [ ! -e refused ] || fail "a refused run left its folder behind"
+# forge verify refuses what it cannot run before anything runs, and leaves no report folder.
+expect_error "verify: a missing shard" "noval\.json: field 'data\.val': nope\.bin: cannot open" \
+  "$FORGE" verify --gate alignment --profile fast --config noval.json --source-dir "$SRC" --out vrefused
+expect_error "verify: a missing interpreter" "reference interpreter /nonexistent/python not found" \
+  "$FORGE" verify --gate alignment --profile fast --config good.json --source-dir "$SRC" \
+  --out vrefused --python /nonexistent/python
+[ ! -e vrefused ] || fail "a refused verify left its report folder behind"
 # data prepare that fails on its input leaves no output folder (nor the parents it made).
 printf '{"text": 5}\n' > notext.jsonl
 expect_error "data prepare: a bad .jsonl line" "notext\.jsonl:1: field 'text': expected a string" \

@@ -42,6 +42,21 @@ void DataLoader::set_cursor(uint64_t pos) {
   pos_ = pos;
 }
 
+DataLoader open_config_shard(const Config& cfg, const std::string& field, int rank, int world) {
+  FORGE_CHECK(field == "data.train" || field == "data.val", "open_config_shard: no field {}",
+              field);
+  const std::string& path = field == "data.train" ? cfg.data.train : cfg.data.val;
+  auto loader = [&] {
+    try {
+      return DataLoader(path, cfg.train.batch_size, cfg.train.seq_len, rank, world);
+    } catch (const Error& e) {
+      fail("{}: field '{}': {}", cfg.path, field, e.what());
+    }
+  }();
+  check_shard_vocabulary(loader.shard(), cfg.model.vocab_size, cfg.path);
+  return loader;
+}
+
 void check_shard_vocabulary(const ShardReader& shard, int vocab_size,
                             const std::string& config_path) {
   if (shard.vocab_size() > static_cast<uint32_t>(vocab_size))

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "forge/data/shard.h"
+#include "forge/io/config.h"
 
 namespace forge {
 
@@ -30,6 +31,13 @@ class DataLoader {
   uint64_t pos_ = 0;
   std::vector<int32_t> window_;
 };
+
+// The shard a config's field names ("data.train" or "data.val"), opened for its micro-batches
+// of train.batch_size x train.seq_len (rank of world ranks) and checked against its
+// model.vocab_size (check_shard_vocabulary); a shard that cannot be read is named with the
+// config and the field.
+DataLoader open_config_shard(const Config& cfg, const std::string& field, int rank = 0,
+                             int world = 1);
 
 // Refuses a shard whose tokens a model of vocab_size cannot embed, naming the config whose
 // field 'model.vocab_size' it is: one made with a larger vocabulary (its header says so), or

@@ -127,21 +127,10 @@ TrainResult run_training(const TrainOptions& opt) {
   const int threads = set_thread_count(tc.threads);
 
   // Both shards are opened and checked before the first step, so that no run trains for hours
-  // and then fails on its validation shard with nothing saved. A shard that cannot be read is
-  // named with the config's field that chose it.
-  auto open_shard = [&](const char* field, const std::string& path, int rank_, int world_) {
-    try {
-      return DataLoader(path, B, T, rank_, world_);
-    } catch (const Error& e) {
-      fail("{}: field '{}': {}", cfg.path, field, e.what());
-    }
-  };
-  DataLoader train_data = open_shard("data.train", cfg.data.train, rank, world);
-  check_shard_vocabulary(train_data.shard(), cfg.model.vocab_size, cfg.path);
+  // and then fails on its validation shard with nothing saved.
+  DataLoader train_data = open_config_shard(cfg, "data.train", rank, world);
   const bool validates = !cfg.data.val.empty() && tc.eval_batches > 0;
-  if (validates)
-    check_shard_vocabulary(open_shard("data.val", cfg.data.val, 0, 1).shard(), cfg.model.vocab_size,
-                           cfg.path);
+  if (validates) open_config_shard(cfg, "data.val");
 
   auto numerics = make_numerics(cfg.numerics);
   set_subnormals_flushed(numerics->flushes_subnormals());

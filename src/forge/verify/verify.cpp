@@ -19,6 +19,7 @@
 #include "forge/io/config.h"
 #include "forge/numerics/numerics.h"
 #include "forge/train/bench.h"
+#include "forge/train/data_loader.h"
 #include "forge/verify/process.h"
 
 namespace fs = std::filesystem;
@@ -349,6 +350,10 @@ int run_verify(const VerifyOptions& o) {
         o.config, gate);
   if (gate == "resume" && steps < 2)
     fail("--steps: the resume gate needs at least 2 steps, got {}", steps);
+  // The shards both sides read, checked as forge train checks them, before the reference
+  // draws anything: a missing shard is named with the user's config, once.
+  open_config_shard(cfg, "data.train");
+  if (!cfg.data.val.empty() && cfg.train.eval_batches > 0) open_config_shard(cfg, "data.val");
   int threads = o.threads >= 0 ? o.threads : cfg.train.threads;
   // Pinned even when the config says "all cores": the reference's reduction order depends on it.
   if (threads <= 0) threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
@@ -359,7 +364,19 @@ int run_verify(const VerifyOptions& o) {
   r.out =
       fs::absolute(o.out_dir.empty() ? fmt::format("runs/verify/{}-{}", gate, profile) : o.out_dir);
   r.logs = r.out / "logs";
-  ensure_writable_dir(r.out.string());
+  const OutputFolder made(r.out.string());  // removed again, if it was made, when set-up fails
+  // A refusal before the first run (an interpreter that cannot run the gate) takes back what
+  // this command wrote into --out, so that no half-made report folder is left.
+  struct SetUp {
+    fs::path out;
+    bool done = false;
+    ~SetUp() {
+      if (done || std::uncaught_exceptions() == 0) return;
+      std::error_code ec;
+      fs::remove_all(out / "logs", ec);
+      fs::remove(out / "config.json", ec);
+    }
+  } set_up{r.out};
   // Only what this command writes is cleared: --out may name a folder holding other things.
   for (const char* p : {"logs",
                         "engine",
@@ -449,6 +466,7 @@ int run_verify(const VerifyOptions& o) {
                     probe_python(calibration_python, "torch", "calibration interpreter", r.logs),
                     calibration_python);
   }
+  set_up.done = true;  // what follows runs the gate; its logs stay for a failure to point at
 
   const std::string self = self_executable();
   std::string pythonpath = (src / "reference").string();
