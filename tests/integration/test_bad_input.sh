@@ -66,6 +66,19 @@ expect_error "checkpoint of the wrong shape" "step_000002" \
 expect_error "eval of the wrong shape" "model\.safetensors.*transformer\.wte\.weight" \
   "$FORGE" eval --checkpoint run/checkpoints/step_000002/model.safetensors --config wider.json
 
+# A checkpoint whose state.json disagrees with its weights (fewer blocks: the last would be
+# dropped) or comes from another format version.
+cp -r run/checkpoints/step_000002 fewer_blocks
+"$PY" -c "import json; p = 'fewer_blocks/state.json'; j = json.load(open(p)); j['config']['model']['n_layer'] = 1; json.dump(j, open(p, 'w'))"
+expect_error "state.json with fewer blocks than its weights" \
+  "fewer_blocks/model\.safetensors: tensor 'transformer\.h\.1\..*' belongs to block 1, but the model has 1 blocks" \
+  "$FORGE" eval --checkpoint fewer_blocks
+cp -r run/checkpoints/step_000002 version99
+"$PY" -c "import json; p = 'version99/state.json'; j = json.load(open(p)); j['version'] = 99; json.dump(j, open(p, 'w'))"
+expect_error "state.json of another version" "version99/state\.json: field 'version': expected 1, got 99" \
+  "$FORGE" export --checkpoint version99 --hf hf_v99
+[ ! -e hf_v99 ] || fail "a refused export left its folder behind"
+
 # A Hugging Face folder forge cannot run: each refusal names config.json and HF's field.
 "$FORGE" export --checkpoint run/checkpoints/step_000002 --hf hf_gpt2
 hf_case() {  # NAME PATTERN PYTHON-EDIT-OF-c

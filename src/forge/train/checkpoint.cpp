@@ -2,7 +2,9 @@
 
 #include <signal.h>
 
+#include <algorithm>
 #include <cerrno>
+#include <cstring>
 #include <filesystem>
 #include <string>
 #include <vector>
@@ -73,10 +75,39 @@ void save_params(const std::string& path, const ParamLayout& layout, const float
   w.write(path);
 }
 
+namespace {
+
+// The block index in a tensor name ("transformer.h.3.attn..." or "model.layers.3.mlp..."), or -1.
+int block_of(const std::string& name) {
+  for (const char* key : {".h.", ".layers."}) {
+    const size_t at = name.find(key);
+    if (at == std::string::npos) continue;
+    const size_t from = at + std::strlen(key);
+    const size_t to = name.find('.', from);
+    const std::string digits = name.substr(from, to == std::string::npos ? to : to - from);
+    if (!digits.empty() && digits.find_first_not_of("0123456789") == std::string::npos)
+      return std::stoi(digits);
+  }
+  return -1;
+}
+
+}  // namespace
+
 void load_params(const std::string& path, const ParamLayout& layout, float* params,
                  const std::string& prefix) {
   SafetensorsFile f(path);
   read_into(f, layout, params, prefix);
+  // Every tensor the layout names was found with its shape; a file of more blocks than the
+  // model's (a config whose n_layer was changed beside its weights) would still pass that, and
+  // its last blocks be dropped without a word.
+  int blocks = 0;
+  for (const auto& p : layout.tensors()) blocks = std::max(blocks, block_of(p.name) + 1);
+  for (const std::string& name : f.names())
+    if (const int b = block_of(name); b >= blocks)
+      fail(
+          "{}: tensor '{}' belongs to block {}, but the model has {} blocks (model.n_layer): is "
+          "this a checkpoint of this model?",
+          path, name, b, blocks);
 }
 
 std::string resolve_checkpoint(const std::string& path) {

@@ -24,15 +24,8 @@ LoadedModel load_trained_model(const std::string& path, const std::string& confi
     // A folder written by transformers' save_pretrained or `forge export --hf`.
     lm.config = load_hf_config(checkpoint + "/config.json");
   } else if (fs::is_directory(checkpoint)) {
-    const std::string state = checkpoint + "/state.json";
-    nlohmann::json j;
-    try {
-      j = nlohmann::json::parse(read_text_file(state));
-    } catch (const nlohmann::json::exception& e) {
-      fail("{}: malformed JSON: {}", state, e.what());
-    }
-    if (!j.contains("config")) fail("{}: field 'config' is missing", state);
-    lm.config = parse_config(j["config"], state);
+    // state.json as --resume reads it: its format and version checked.
+    lm.config = parse_config(read_checkpoint_state(checkpoint).config, checkpoint + "/state.json");
   } else if (!fs::exists(checkpoint)) {
     fail("{}: no such checkpoint", checkpoint);
   } else {
