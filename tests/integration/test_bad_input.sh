@@ -109,14 +109,16 @@ make_config unwritable.json good.json out_dir='"afile/run"'
 expect_error "unwritable out_dir" "afile/run" "$FORGE" train --config unwritable.json
 expect_error "unwritable data prepare" "afile" "$FORGE" data prepare --out afile/data "$SRC/configs/tiny.json"
 # Counts that cannot be: refused in one line, not read as "the default".
-expect_error "bench: negative threads" "--threads: Value -1 not in range 0 to 4096" \
+expect_error "bench: negative threads" "--threads: expected an integer from 0 to 4096, got -1" \
   "$FORGE" bench --config good.json --reference none --threads -1
-expect_error "verify: negative threads" "--threads: Value -2 not in range 0 to 4096" \
+expect_error "verify: negative threads" "--threads: expected an integer from 0 to 4096, got -2" \
   "$FORGE" verify --gate alignment --profile fast --config good.json --threads -2
-expect_error "eval: no batches" "--batches: Value 0 not in range 1" \
+expect_error "eval: no batches" "--batches: expected an integer from 1 to 1048576, got 0" \
   "$FORGE" eval --config good.json --batches 0
-expect_error "sample: negative threads" "--threads: Value -3 not in range 0 to 4096" \
+expect_error "sample: negative threads" "--threads: expected an integer from 0 to 4096, got -3" \
   "$FORGE" sample --config good.json --threads -3
+expect_error "bench: steps not a number" "--steps: expected an integer from 5 to 1000, got abc" \
+  "$FORGE" bench --config good.json --reference none --steps abc
 expect_error "train: zero steps" "--steps: expected an integer above 0, got 0" \
   "$FORGE" train --config good.json --steps 0
 expect_error "train: negative stop-after" "--stop-after: expected an integer above 0, got -1" \

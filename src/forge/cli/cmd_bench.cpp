@@ -15,6 +15,7 @@
 #include <sstream>
 
 #include "forge/cli/commands.h"
+#include "forge/cli/validators.h"
 #include "forge/core/error.h"
 #include "forge/core/peak.h"
 #include "forge/core/test_bugs.h"
@@ -368,12 +369,12 @@ void register_bench(CLI::App& app) {
   cmd->add_option("--reference", o->reference, "torch | none");
   cmd->add_option("--modes", o->modes, "reference modes: eager,compile");
   cmd->add_option("--warmup", o->warmup, "warm-up steps per measurement")
-      ->check(CLI::Range(1, 100));
+      ->check(integer_in(1, 100));
   cmd->add_option("--steps", o->steps, "timed steps per measurement (median taken)")
-      ->check(CLI::Range(5, 1000));
-  cmd->add_option("--rounds", o->rounds, "interleaved rounds")->check(CLI::Range(1, 100));
+      ->check(integer_in(5, 1000));
+  cmd->add_option("--rounds", o->rounds, "interleaved rounds")->check(integer_in(1, 100));
   cmd->add_option("--threads", o->threads, "threads for both sides (default: the config's)")
-      ->check(CLI::Range(0, 4096));
+      ->check(integer_in(0, 4096));
   cmd->add_option("--json", o->json_out, "write the report as JSON");
   cmd->add_option("--md", o->md_out, "write the Markdown table");
   cmd->add_option("--python", o->python, "reference interpreter (default .venv/bin/python)");

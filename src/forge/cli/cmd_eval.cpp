@@ -41,9 +41,9 @@ void register_eval(CLI::App& app) {
   cmd->add_option("--data", o->data, "token shard to evaluate on (default: the config's data.val)");
   cmd->add_option("--batches", o->batches,
                   "micro-batches to evaluate (default: train.eval_batches)")
-      ->check(CLI::Range(1, 1 << 20));
+      ->check(integer_in(1, 1 << 20));
   cmd->add_option("--threads", o->threads, "threads (default: all cores)")
-      ->check(CLI::Range(0, 4096));
+      ->check(integer_in(0, 4096));
   cmd->add_flag("--json", o->json, "print one JSON object instead of text");
   cmd->add_option("--dump-logits", o->dump_logits,
                   "also write tokens, targets and logits of the evaluated batches (safetensors)");
@@ -99,7 +99,7 @@ void register_sample(CLI::App& app) {
   cmd->add_option("--tokenizer", o->tokenizer, "bytes | gpt2 (default: from the vocabulary size)");
   cmd->add_option("--vocab-dir", o->vocab_dir, "folder with encoder.json and vocab.bpe (gpt2)");
   cmd->add_option("--threads", o->threads, "threads (default: all cores)")
-      ->check(CLI::Range(0, 4096));
+      ->check(integer_in(0, 4096));
   cmd->add_flag("!--no-kv-cache", o->s.kv_cache, "recompute the whole window for every token");
   cmd->callback([o] {
     set_thread_count(o->threads);

@@ -23,6 +23,7 @@ void register_export(CLI::App& app) {
   cmd->add_option("--config", o->config, "config JSON (default: the checkpoint's own)");
   cmd->add_option("--hf", o->hf_dir, "folder for transformers' from_pretrained")->required();
   cmd->callback([o] {
+    if (o->hf_dir.empty()) fail("--hf: expected the folder to write, got an empty path");
     LoadedModel lm = load_trained_model(o->checkpoint, o->config, 1, 1);
     // Before the folder is made, so an unexportable family leaves nothing behind.
     const nlohmann::json hf = hf_config_json(lm.config.model);

@@ -30,7 +30,7 @@ void register_train(CLI::App& app) {
       cmd->add_option("--dump", opt->dump_dir, "write equivalence dumps into this directory");
   cmd->add_option("--dump-level", opt->dump_level,
                   "1: loss, grads, params per step; 2: + activations")
-      ->check(CLI::Range(1, 2))
+      ->check(integer_in(1, 2))
       ->needs(dump);
   cmd->add_option("--dump-act-steps", *act_steps, "steps with level-2 activations, e.g. 1,8")
       ->needs(dump);

@@ -24,7 +24,7 @@ void register_verify(CLI::App& app) {
   cmd->add_option("--out", o->out_dir, "report folder (default runs/verify/<gate>-<profile>)");
   cmd->add_option("--steps", o->steps, "override the gate's step count")->check(positive_integer());
   cmd->add_option("--threads", o->threads, "threads on both sides (default: train.threads)")
-      ->check(CLI::Range(0, 4096));
+      ->check(integer_in(0, 4096));
   cmd->add_option(
       "--python", o->python,
       "reference interpreter (default: .venv/bin/python; /usr/bin/python3 for torch-cpu)");

@@ -24,6 +24,18 @@ inline CLI::Validator number_from(double lo, bool strict, bool whole) {
       },
       fmt::format("{} {} {}", whole ? "INT" : "NUMBER", strict ? ">" : ">=", lo));
 }
+// A whole number from lo to hi, both included.
+inline CLI::Validator integer_in(long lo, long hi) {
+  return CLI::Validator(
+      [=](std::string& text) -> std::string {
+        double v = 0;
+        const bool ok = CLI::detail::lexical_cast(text, v) && std::isfinite(v) && v >= lo &&
+                        v <= hi && v == std::floor(v);
+        return ok ? std::string()
+                  : fmt::format("expected an integer from {} to {}, got {}", lo, hi, text);
+      },
+      fmt::format("INT in [{}, {}]", lo, hi));
+}
 inline CLI::Validator positive_integer() { return number_from(0, true, true); }
 inline CLI::Validator non_negative_integer() { return number_from(0, false, true); }
 inline CLI::Validator non_negative_number() { return number_from(0, false, false); }
