@@ -80,3 +80,30 @@ fault kill-rank0 KILL 0 "^forge: error: rank 1: "
 # A stalled (not dead) rank: the launcher sees nothing wrong, the timeout must fire.
 fault stall-rank1 STOP 1 "^forge: error: rank 0: no answer from the other ranks for [0-9]+ s" \
   -x FORGE_DIST_TIMEOUT_S=5
+
+# Ranks started unlike each other end at once, in one line, before any folder is made: one
+# rank refusing its environment (it stayed alive inside MPI's exit while the other waited out
+# its timeout), another FORGE_DP_SHARDING (it deadlocked), another config (it trained).
+make_config cfg16.json cfg.json train.seq_len=32
+mismatch() {  # NAME PATTERN RANK1-COMMAND...
+  local name=$1 pattern=$2 t0=$SECONDS rc
+  shift 2
+  set +e
+  timeout 60 "${MPIRUN[@]}" -np 1 "$FORGE" train --config cfg.json --out-dir "run_$name" \
+    --stop-after 2 --quiet : -np 1 "$@" >"$name.out" 2>"$name.err"
+  rc=$?
+  set -e
+  [ $rc -ne 0 ] && [ $rc -ne 124 ] || fail "$name: exit $rc, expected a prompt failure"
+  grep -E -- "$pattern" "$name.err" >/dev/null ||
+    { cat "$name.err" >&2; fail "$name: no stderr line matching '$pattern'"; }
+  [ ! -e "run_$name" ] || fail "$name: the run folder was made"
+  echo "ok: $name: exit $rc after $((SECONDS - t0)) s: $(grep -E -- "$pattern" "$name.err" | head -1)"
+}
+mismatch bad-timeout "FORGE_DIST_TIMEOUT_S: expected a positive number of seconds, got 'abc'" \
+  env FORGE_DIST_TIMEOUT_S=abc "$FORGE" train --config cfg.json --out-dir run_bad-timeout \
+  --stop-after 2 --quiet
+mismatch other-sharding "rank 1 was started with another config, numerics, resume or FORGE_DP_SHARDING" \
+  env FORGE_DP_SHARDING=zero1 "$FORGE" train --config cfg.json --out-dir run_other-sharding \
+  --stop-after 2 --quiet
+mismatch other-config "rank 1 was started with another config" \
+  "$FORGE" train --config cfg16.json --out-dir run_other-config --stop-after 2 --quiet

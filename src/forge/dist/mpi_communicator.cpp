@@ -95,7 +95,10 @@ double timeout_seconds() {
 
 class Mpi final : public Communicator {
  public:
-  Mpi() {
+  // FORGE_DIST_TIMEOUT_S is read before MPI starts: a rank that refuses it then simply exits,
+  // and the launcher ends the others; refused after MPI_Init, it stayed alive in MPI's exit
+  // while the other ranks waited for it until their timeout.
+  Mpi() : timeout_s_(timeout_seconds()) {
     MpiRuntime& rt = runtime();
     if (!rt.initialised) {
       int already = 0;
@@ -118,7 +121,6 @@ class Mpi final : public Communicator {
     }
     MPI_Comm_rank(comm_, &rank_);
     MPI_Comm_size(comm_, &world_);
-    timeout_s_ = timeout_seconds();
     g_term_len = static_cast<size_t>(std::snprintf(
         g_term_line, sizeof(g_term_line),
         "forge: error: rank %d: stopped by the MPI launcher (another rank failed or the job "
