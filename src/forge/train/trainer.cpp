@@ -96,7 +96,13 @@ TrainResult run_training(const TrainOptions& opt) {
       cfg.numerics = n->get<std::string>();
   }
   if (opt.steps >= 0) cfg.train.steps = opt.steps;
-  if (!opt.out_dir.empty()) cfg.out_dir = opt.out_dir;
+  // A resumed run goes on in the run folder its checkpoint sits in (writing into the config's
+  // out_dir, another run's folder, overwrote that run's checkpoints), unless --out-dir says.
+  if (!opt.out_dir.empty()) {
+    cfg.out_dir = opt.out_dir;
+  } else if (!opt.resume.empty()) {
+    if (std::string run = run_folder_of(opt.resume); !run.empty()) cfg.out_dir = run;
+  }
   validate_config(cfg);
   if (cfg.data.train.empty())
     fail("{}: field 'data.train': a training shard is required", cfg.path);
@@ -124,6 +130,24 @@ TrainResult run_training(const TrainOptions& opt) {
         "--dump: with ZeRO-1 sharding no rank holds the full gradients; dump a "
         "replicated run instead");
 
+  if (world > 1) {
+    // DP: every rank must train the same config the same way. A rank started with another
+    // config trained silently, and another FORGE_DP_SHARDING deadlocked on the first
+    // collective that the two shardings call differently; each rank's settings are compared
+    // with rank 0's first.
+    const std::string settings =
+        fmt::format("{} sharding={} resume={} init={}", config_to_json(cfg).dump(),
+                    zero1 ? "zero1" : "none", opt.resume, opt.init);
+    const uint64_t mine = std::hash<std::string>{}(settings);
+    std::vector<uint64_t> all(world);
+    comm->all_gather_bytes(&mine, all.data(), sizeof(mine));
+    for (int k = 1; k < world; ++k)
+      if (all[k] != all[0])
+        fail(
+            "data parallel: rank {} was started with another config, numerics, resume or "
+            "FORGE_DP_SHARDING than rank 0; every rank must run the same",
+            k);
+  }
   const int threads = set_thread_count(tc.threads);
 
   // Both shards are opened and checked before the first step, so that no run trains for hours
@@ -191,6 +215,8 @@ TrainResult run_training(const TrainOptions& opt) {
   // a refused run leaves no empty folder behind.
   if (lead) {
     ensure_writable_dir(cfg.out_dir);
+    // Where checkpoints go, checked now rather than at the first checkpoint, after hours.
+    ensure_writable_dir(cfg.out_dir + "/checkpoints");
     remove_partial_checkpoints(cfg.out_dir);  // DP (faults): leftovers of a killed writer
   }
   std::unique_ptr<DumpWriter> dump;
