@@ -79,6 +79,38 @@ expect_error "state.json of another version" "version99/state\.json: field 'vers
   "$FORGE" export --checkpoint version99 --hf hf_v99
 [ ! -e hf_v99 ] || fail "a refused export left its folder behind"
 
+cp -r run/checkpoints/step_000002 negative_step
+"$PY" -c "import json; p = 'negative_step/state.json'; j = json.load(open(p)); j['step'] = -3; json.dump(j, open(p, 'w'))"
+expect_error "state.json with a negative step" "negative_step/state\.json: field 'step': expected a non-negative integer, got -3" \
+  "$FORGE" eval --checkpoint negative_step
+cp -r run/checkpoints/step_000002 nan_weight
+"$PY" - <<'PYEOF'
+import json, struct
+p = "nan_weight/model.safetensors"
+b = bytearray(open(p, "rb").read())
+n = struct.unpack("<Q", b[:8])[0]
+h = json.loads(b[8:8 + n])
+at = 8 + n + h["transformer.wte.weight"]["data_offsets"][0]
+b[at:at + 4] = struct.pack("<f", float("nan"))
+open(p, "wb").write(b)
+PYEOF
+expect_error "a NaN in the weights" "nan_weight/model\.safetensors: tensor 'transformer\.wte\.weight' holds nan at element 0" \
+  "$FORGE" train --config good.json --resume nan_weight --out-dir nan_run
+[ ! -e nan_run ] || fail "a refused resume left its folder behind"
+# A byte model whose vocabulary has rows past 256 samples only what the byte tokenizer can
+# decode (it failed midway, on the first id of 256 or more it drew).
+make_config v300.json good.json model.vocab_size=300 out_dir='"run300"'
+"$FORGE" train --config v300.json --quiet >/dev/null
+"$FORGE" sample --checkpoint run300 --tokens 300 --temperature 5 --seed 1 >v300.txt 2>v300.err ||
+  { cat v300.err >&2; fail "sampling a 300-token byte model failed"; }
+echo "ok: a byte model of 300 tokens samples 300 bytes"
+# A checkpoints folder that cannot be made is refused before training, not at the first
+# checkpoint after it.
+mkdir -p blocked && echo x > blocked/checkpoints
+expect_error "checkpoints path a file" "blocked/checkpoints: cannot create directory" \
+  "$FORGE" train --config good.json --out-dir blocked
+[ ! -e blocked/metrics.jsonl ] || fail "a refused run wrote metrics.jsonl"
+
 # A Hugging Face folder forge cannot run: each refusal names config.json and HF's field.
 "$FORGE" export --checkpoint run/checkpoints/step_000002 --hf hf_gpt2
 hf_case() {  # NAME PATTERN PYTHON-EDIT-OF-c

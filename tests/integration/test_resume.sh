@@ -58,3 +58,16 @@ for f in model.safetensors optimizer.safetensors; do
     fail "$f differs between the straight bf16 run and the one resumed without --numerics"
 done
 echo "ok: resumed without --numerics, the bf16 run went on in bf16, bit for bit"
+
+# --resume without --out-dir goes on in the checkpoint's own run folder, not in the config's
+# out_dir, which here names another, finished run: that run is left as it was.
+make_config other.json cfg.json out_dir='"finished"'
+"$FORGE" train --config other.json --steps 8 --quiet
+before=$(cat finished/checkpoints/latest; md5sum finished/metrics.jsonl)
+"$FORGE" train --config other.json --out-dir own --steps 8 --stop-after 4 --quiet
+"$FORGE" train --config other.json --steps 8 --resume own --quiet
+[ "$(cat own/checkpoints/latest)" = own/checkpoints/step_000008 ] ||
+  fail "the resumed run did not go on in its own folder: $(cat own/checkpoints/latest)"
+[ "$(cat finished/checkpoints/latest; md5sum finished/metrics.jsonl)" = "$before" ] ||
+  fail "resuming without --out-dir wrote into the config's out_dir, another run's folder"
+echo "ok: resumed without --out-dir, the run went on in its checkpoint's folder"

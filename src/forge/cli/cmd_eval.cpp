@@ -111,6 +111,7 @@ void register_sample(CLI::App& app) {
     if (tok->vocab_size() > static_cast<uint32_t>(V))
       fail("--tokenizer {}: its {} tokens do not fit field 'model.vocab_size' ({}) of {}", tok_name,
            tok->vocab_size(), V, lm.config.path);
+    o->s.vocab_limit = static_cast<int>(tok->vocab_size());  // only what it can decode
     std::vector<int32_t> prompt;
     for (uint32_t t : tok->encode(o->prompt)) prompt.push_back(static_cast<int32_t>(t));
     if (prompt.empty()) fail("--prompt: expected text that makes at least one token");

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <string>
@@ -45,13 +46,18 @@ void read_into(const SafetensorsFile& f, const ParamLayout& layout, float* base,
     float* dst = base + p.offset;
     if (!p.file_transposed) {
       f.read_f32(name, p.file_shape(), dst);
-      continue;
+    } else {
+      tmp.resize(p.numel);
+      f.read_f32(name, p.file_shape(), tmp.data());
+      const int64_t rows = p.shape[0], cols = p.shape[1];
+      for (int64_t r = 0; r < rows; ++r)
+        for (int64_t c = 0; c < cols; ++c) dst[r * cols + c] = tmp[c * rows + r];
     }
-    tmp.resize(p.numel);
-    f.read_f32(name, p.file_shape(), tmp.data());
-    const int64_t rows = p.shape[0], cols = p.shape[1];
-    for (int64_t r = 0; r < rows; ++r)
-      for (int64_t c = 0; c < cols; ++c) dst[r * cols + c] = tmp[c * rows + r];
+    // Training stops on a non-finite loss before it writes a checkpoint: a NaN or an infinity
+    // here is a damaged file, which resumed would read as a diverged run.
+    for (size_t i = 0; i < p.numel; ++i)
+      if (!std::isfinite(dst[i]))
+        fail("{}: tensor '{}' holds {} at element {}: a damaged file", f.path(), name, dst[i], i);
   }
 }
 
@@ -202,6 +208,14 @@ void remove_partial_checkpoints(const std::string& out_dir) {
   for (const auto& p : partial) fs::remove_all(p, ec);
 }
 
+std::string run_folder_of(const std::string& checkpoint_path) {
+  const fs::path dir = fs::path(resolve_checkpoint(checkpoint_path)).lexically_normal();
+  const fs::path parent = (dir.has_filename() ? dir : dir.parent_path()).parent_path();
+  if (parent.filename() != "checkpoints") return "";
+  const fs::path run = parent.parent_path();
+  return run.empty() ? "." : run.string();
+}
+
 TrainState read_checkpoint_state(const std::string& path) {
   const std::string dir = resolve_checkpoint(path);
   const fs::path d(dir);
@@ -227,6 +241,11 @@ TrainState read_checkpoint_state(const std::string& path) {
     s.config = j.at("config");
     s.world_size = j.value("world_size", 1);
     if (s.world_size < 1) fail("{}: field 'world_size': expected a positive integer", state_path);
+    if (s.step < 0)
+      fail("{}: field 'step': expected a non-negative integer, got {}", state_path, s.step);
+    if (!(s.tokens_seen >= 0) || !std::isfinite(s.tokens_seen))
+      fail("{}: field 'tokens_seen': expected a non-negative number, got {}", state_path,
+           s.tokens_seen);
   } catch (const nlohmann::json::exception& e) {
     fail("{}: {}", state_path, e.what());
   }

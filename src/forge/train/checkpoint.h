@@ -52,6 +52,9 @@ void remove_partial_checkpoints(const std::string& out_dir);
 // run's working directory does not matter). Any other path comes back unchanged for the
 // caller to report; a `latest` naming no checkpoint directory is an error naming both.
 std::string resolve_checkpoint(const std::string& path);
+// The run folder OUT of a checkpoint OUT/checkpoints/step_N (any path resolve_checkpoint
+// takes), or empty when the checkpoint does not sit in a run's checkpoints folder.
+std::string run_folder_of(const std::string& checkpoint_path);
 // The model file of a checkpoint dir, or the path itself when it is a .safetensors file.
 std::string model_file_of(const std::string& path);
 

@@ -27,10 +27,13 @@ std::vector<int32_t> generate(Model& model, std::vector<int32_t> tokens, int T,
                               const SampleOptions& opt,
                               const std::function<void(int32_t)>& on_token) {
   const ModelConfig& mc = model.config();
-  const int V = mc.vocab_size, Vp = mc.vocab_rows();
+  const int Vp = mc.vocab_rows();
   if (tokens.empty()) fail("sample: the prompt must hold at least one token");
   for (int32_t t : tokens)
-    if (t < 0 || t >= V) fail("sample: prompt token {} is outside the vocabulary of {}", t, V);
+    if (t < 0 || t >= mc.vocab_size)
+      fail("sample: prompt token {} is outside the vocabulary of {}", t, mc.vocab_size);
+  // The tokens that may be drawn: [0, V).
+  const int V = opt.vocab_limit > 0 ? std::min(opt.vocab_limit, mc.vocab_size) : mc.vocab_size;
   Rng rng(opt.seed);
   std::vector<float> probs(V);
   std::vector<int32_t> order(V);

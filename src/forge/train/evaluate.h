@@ -21,6 +21,9 @@ struct SampleOptions {
   int top_k = 0;             // 0 = whole vocabulary
   uint64_t seed = 42;
   bool kv_cache = true;  // incremental decoding where the model family has a cache
+  // Tokens from this id on are never drawn (0: none barred): a byte tokenizer decodes only
+  // ids below 256, whatever rows a model's vocabulary has past them.
+  int vocab_limit = 0;
 };
 
 // Appends up to max_new_tokens to the prompt, calling on_token for each one as it is made.
