@@ -1,6 +1,7 @@
 #include <unistd.h>
 
 #include "forge/cli/commands.h"
+#include "forge/cli/validators.h"
 #include "forge/data/prepare.h"
 
 namespace forge::cli {
@@ -18,13 +19,7 @@ void register_data(CLI::App& app) {
   prep->add_option("--val-fraction", o->val_fraction,
                    "share of documents for validation, above 0 and at most 0.5: every k-th "
                    "document, k = round(1 / share) (default 0.1)")
-      ->check(CLI::Validator(
-          [](std::string& text) -> std::string {
-            double f = 0;
-            if (CLI::detail::lexical_cast(text, f) && f > 0 && f <= 0.5) return {};
-            return "expected a share above 0 and at most 0.5, got " + text;
-          },
-          "SHARE in (0, 0.5]"));
+      ->check(share_up_to(0.5));
   prep->add_option("--text-field", o->text_field, "field of .jsonl lines that holds the text");
   prep->add_option("inputs", o->inputs, "files or folders")->required();
   prep->callback([o] { prepare_data(*o); });

@@ -36,6 +36,16 @@ inline CLI::Validator integer_in(long lo, long hi) {
       },
       fmt::format("INT in [{}, {}]", lo, hi));
 }
+// A share above 0 and at most hi.
+inline CLI::Validator share_up_to(double hi) {
+  return CLI::Validator(
+      [=](std::string& text) -> std::string {
+        double v = 0;
+        if (CLI::detail::lexical_cast(text, v) && v > 0 && v <= hi) return {};
+        return fmt::format("expected a share above 0 and at most {}, got {}", hi, text);
+      },
+      fmt::format("SHARE in (0, {}]", hi));
+}
 inline CLI::Validator positive_integer() { return number_from(0, true, true); }
 inline CLI::Validator non_negative_integer() { return number_from(0, false, true); }
 inline CLI::Validator non_negative_number() { return number_from(0, false, false); }

@@ -91,7 +91,8 @@ int block_of(const std::string& name) {
     const size_t from = at + std::strlen(key);
     const size_t to = name.find('.', from);
     const std::string digits = name.substr(from, to == std::string::npos ? to : to - from);
-    if (!digits.empty() && digits.find_first_not_of("0123456789") == std::string::npos)
+    if (!digits.empty() && digits.size() <= 6 &&
+        digits.find_first_not_of("0123456789") == std::string::npos)
       return std::stoi(digits);
   }
   return -1;
