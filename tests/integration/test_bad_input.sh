@@ -195,6 +195,9 @@ expect_error "train tokens outside the vocabulary" \
 make_config outside_val.json good.json data.val='"ids.bin"' out_dir='"refused"'
 expect_error "val tokens outside the vocabulary" "ids\.bin: token 7919 at index 1 is not below" \
   "$FORGE" train --config outside_val.json
+expect_error "eval: --dump-logits into a missing folder" \
+  "--dump-logits: cannot write nodir/l\.safetensors: its folder nodir does not exist" \
+  "$FORGE" eval --checkpoint run --dump-logits nodir/l.safetensors
 expect_error "eval tokens outside the vocabulary" "ids\.bin: token 7919 at index 1 is not below" \
   "$FORGE" eval --checkpoint run --data ids.bin
 make_config noval.json good.json data.val='"nope.bin"' out_dir='"refused"'

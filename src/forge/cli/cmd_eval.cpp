@@ -10,6 +10,7 @@
 #include "forge/core/error.h"
 #include "forge/core/threads.h"
 #include "forge/data/tokenizer.h"
+#include "forge/io/atomic_file.h"
 #include "forge/train/data_loader.h"
 #include "forge/train/evaluate.h"
 #include "forge/train/loaded_model.h"
@@ -48,6 +49,8 @@ void register_eval(CLI::App& app) {
   cmd->add_option("--dump-logits", o->dump_logits,
                   "also write tokens, targets and logits of the evaluated batches (safetensors)");
   cmd->callback([o] {
+    // Checked before the evaluation, not after it.
+    if (!o->dump_logits.empty()) check_writable_file(o->dump_logits, "--dump-logits");
     set_thread_count(o->threads);
     LoadedModel lm = load_trained_model(o->checkpoint, o->config, 0, 0);
     const Config& c = lm.config;
