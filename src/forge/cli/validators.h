@@ -11,43 +11,41 @@
 
 namespace forge::cli {
 
-// A finite number (a whole one when `whole`) above lo, or from lo on when not `strict`.
-inline CLI::Validator number_from(double lo, bool strict, bool whole) {
-  const std::string want = fmt::format("{} {} {}", whole ? "an integer" : "a number",
-                                       strict ? "above" : "of at least", lo);
+// A finite number for which ok(value) holds; otherwise "expected <want>, got <text>". `name`
+// is what --help shows for the option's value.
+template <typename Ok>
+CLI::Validator number_check(Ok ok, std::string want, std::string name) {
   return CLI::Validator(
-      [=](std::string& text) -> std::string {
+      [ok, want](std::string& text) -> std::string {
         double v = 0;
-        const bool ok = CLI::detail::lexical_cast(text, v) && std::isfinite(v) &&
-                        (strict ? v > lo : v >= lo) && (!whole || v == std::floor(v));
-        return ok ? std::string() : fmt::format("expected {}, got {}", want, text);
+        if (CLI::detail::lexical_cast(text, v) && std::isfinite(v) && ok(v)) return {};
+        return fmt::format("expected {}, got {}", want, text);
       },
-      fmt::format("{} {} {}", whole ? "INT" : "NUMBER", strict ? ">" : ">=", lo));
+      std::move(name));
 }
+
 // A whole number from lo to hi, both included.
 inline CLI::Validator integer_in(long lo, long hi) {
-  return CLI::Validator(
-      [=](std::string& text) -> std::string {
-        double v = 0;
-        const bool ok = CLI::detail::lexical_cast(text, v) && std::isfinite(v) && v >= lo &&
-                        v <= hi && v == std::floor(v);
-        return ok ? std::string()
-                  : fmt::format("expected an integer from {} to {}, got {}", lo, hi, text);
-      },
-      fmt::format("INT in [{}, {}]", lo, hi));
+  return number_check([=](double v) { return v >= lo && v <= hi && v == std::floor(v); },
+                      fmt::format("an integer from {} to {}", lo, hi),
+                      fmt::format("INT in [{}, {}]", lo, hi));
 }
 // A share above 0 and at most hi.
 inline CLI::Validator share_up_to(double hi) {
-  return CLI::Validator(
-      [=](std::string& text) -> std::string {
-        double v = 0;
-        if (CLI::detail::lexical_cast(text, v) && v > 0 && v <= hi) return {};
-        return fmt::format("expected a share above 0 and at most {}, got {}", hi, text);
-      },
-      fmt::format("SHARE in (0, {}]", hi));
+  return number_check([=](double v) { return v > 0 && v <= hi; },
+                      fmt::format("a share above 0 and at most {}", hi),
+                      fmt::format("SHARE in (0, {}]", hi));
 }
-inline CLI::Validator positive_integer() { return number_from(0, true, true); }
-inline CLI::Validator non_negative_integer() { return number_from(0, false, true); }
-inline CLI::Validator non_negative_number() { return number_from(0, false, false); }
+inline CLI::Validator positive_integer() {
+  return number_check([](double v) { return v > 0 && v == std::floor(v); }, "an integer above 0",
+                      "INT > 0");
+}
+inline CLI::Validator non_negative_integer() {
+  return number_check([](double v) { return v >= 0 && v == std::floor(v); },
+                      "an integer of at least 0", "INT >= 0");
+}
+inline CLI::Validator non_negative_number() {
+  return number_check([](double v) { return v >= 0; }, "a number of at least 0", "NUMBER >= 0");
+}
 
 }  // namespace forge::cli

@@ -142,18 +142,29 @@ void write_text_atomic(const std::string& path, std::string_view text) {
   });
 }
 
+namespace {
+
+// 0 when a file can be made in dir now, else the errno of trying. access() lies for root and on
+// some mounts, so a file is actually created and removed.
+int file_creation_error(const std::string& dir) {
+  const std::string probe =
+      (std::filesystem::path(dir) / (".forge_probe." + std::to_string(::getpid()))).string();
+  const int fd = ::open(probe.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  if (fd < 0) return errno;
+  ::close(fd);
+  ::unlink(probe.c_str());
+  return 0;
+}
+
+}  // namespace
+
 void ensure_writable_dir(const std::string& dir) {
   std::error_code ec;
   std::filesystem::create_directories(dir, ec);
   if (ec) fail("{}: cannot create directory: {}", dir, ec.message());
   if (!std::filesystem::is_directory(dir, ec)) fail("{}: exists but is not a directory", dir);
-  // access() lies for root and on some mounts, so actually create and remove a file.
-  const std::string probe =
-      (std::filesystem::path(dir) / (".forge_probe." + std::to_string(::getpid()))).string();
-  int fd = ::open(probe.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  if (fd < 0) fail("{}: directory is not writable: {}", dir, errno_text(errno));
-  ::close(fd);
-  ::unlink(probe.c_str());
+  if (const int err = file_creation_error(dir))
+    fail("{}: directory is not writable: {}", dir, errno_text(err));
 }
 
 void check_writable_file(const std::string& path, const char* option) {
@@ -165,12 +176,8 @@ void check_writable_file(const std::string& path, const char* option) {
   const std::string dir = parent.empty() ? "." : parent.string();
   if (!fs::is_directory(dir, ec))
     fail("{}: cannot write {}: its folder {} does not exist", option, path, dir);
-  const std::string probe =
-      (fs::path(dir) / (".forge_probe." + std::to_string(::getpid()))).string();
-  const int fd = ::open(probe.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  if (fd < 0) fail("{}: cannot write {}: {}", option, path, errno_text(errno));
-  ::close(fd);
-  ::unlink(probe.c_str());
+  if (const int err = file_creation_error(dir))
+    fail("{}: cannot write {}: {}", option, path, errno_text(err));
 }
 
 OutputFolder::OutputFolder(const std::string& dir) {

@@ -8,6 +8,7 @@
 #include "forge/core/threads.h"
 #include "forge/model/model.h"
 #include "forge/numerics/timed.h"
+#include "forge/train/schedule.h"
 #include "forge/train/training_setup.h"
 
 namespace forge {
@@ -38,8 +39,7 @@ EngineTiming time_engine_steps(const Config& cfg, const std::string& profile, in
     if (run.timer && s == warmup) run.timer->reset();
     const auto t0 = std::chrono::steady_clock::now();
     run.forward_backward(x.data(), y.data());
-    run.update({cfg.train.lr, cfg.train.beta1, cfg.train.beta2, cfg.train.eps,
-                cfg.train.weight_decay, cfg.train.grad_clip, s + 1});
+    run.update(optimizer_step(cfg.train, cfg.train.lr, s + 1));
     const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     if (s >= warmup) out.step_seconds.push_back(dt);
   }

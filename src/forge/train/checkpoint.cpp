@@ -253,9 +253,8 @@ TrainState read_checkpoint_state(const std::string& path) {
   return s;
 }
 
-TrainState load_checkpoint(const std::string& path, const ParamLayout& layout, float* params,
-                           float* exp_avg, float* exp_avg_sq) {
-  TrainState s = read_checkpoint_state(path);
+void load_checkpoint_tensors(const std::string& path, const ParamLayout& layout, float* params,
+                             float* exp_avg, float* exp_avg_sq) {
   const fs::path d(resolve_checkpoint(path));
   load_params((d / "model.safetensors").string(), layout, params);
   if (exp_avg && exp_avg_sq) {
@@ -263,7 +262,6 @@ TrainState load_checkpoint(const std::string& path, const ParamLayout& layout, f
     read_into(f, layout, exp_avg, "exp_avg.");
     read_into(f, layout, exp_avg_sq, "exp_avg_sq.");
   }
-  return s;
 }
 
 }  // namespace forge

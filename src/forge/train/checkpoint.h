@@ -37,10 +37,10 @@ void save_checkpoint(const std::string& dir, const ParamLayout& layout, const fl
                      const float* exp_avg, const float* exp_avg_sq, const TrainState& state);
 // The state.json of a checkpoint (any path resolve_checkpoint takes), tensors not read.
 TrainState read_checkpoint_state(const std::string& path);
-// Loads model, optimizer and state from a checkpoint (any path resolve_checkpoint takes);
-// exp_avg / exp_avg_sq may be null (model only).
-TrainState load_checkpoint(const std::string& path, const ParamLayout& layout, float* params,
-                           float* exp_avg, float* exp_avg_sq);
+// Loads the model and optimizer tensors of a checkpoint (any path resolve_checkpoint takes);
+// exp_avg / exp_avg_sq may be null (model only). Its state is read_checkpoint_state's.
+void load_checkpoint_tensors(const std::string& path, const ParamLayout& layout, float* params,
+                             float* exp_avg, float* exp_avg_sq);
 // DP (faults): removes what a process killed while writing left under dir/checkpoints:
 // "<name>.tmp" directories (never renamed into place, so never a checkpoint) and
 // "<name>.tmp.<pid>" files of processes no longer running (write_file_atomic's temporary name,

@@ -11,6 +11,7 @@
 #include <fstream>
 #include <limits>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <vector>
 
 #include "forge/core/error.h"
@@ -86,13 +87,15 @@ void drop_metrics_after(const std::string& path, int64_t step) {
 
 TrainResult run_training(const TrainOptions& opt) {
   Config cfg = load_config(opt.config_path);
+  // The checkpoint's state.json, read once: its numerics, then its step, cursor and rng.
+  const std::optional<TrainState> saved =
+      opt.resume.empty() ? std::nullopt : std::optional(read_checkpoint_state(opt.resume));
   if (!opt.numerics.empty()) {
     cfg.numerics = opt.numerics;
-  } else if (!opt.resume.empty()) {
+  } else if (saved) {
     // A resumed run goes on in the numerics its checkpoint was trained with (bit for bit),
     // whatever the config file says, unless --numerics chooses.
-    const nlohmann::json saved = read_checkpoint_state(opt.resume).config;
-    if (const auto n = saved.find("numerics"); n != saved.end() && n->is_string())
+    if (const auto n = saved->config.find("numerics"); n != saved->config.end() && n->is_string())
       cfg.numerics = n->get<std::string>();
   }
   if (opt.steps >= 0) cfg.train.steps = opt.steps;
@@ -184,19 +187,19 @@ TrainResult run_training(const TrainOptions& opt) {
 
   TrainState state;
   state.config = config_to_json(cfg);
-  if (!opt.resume.empty()) {
+  if (saved) {
     // DP: checkpoints hold the full optimizer state, so any number of ranks (sharded or
     // not) resumes from them: ZeRO-1 ranks keep their own elements of it.
     FloatBuffer full_m(zero1 ? P : 0), full_v(zero1 ? P : 0);
-    TrainState saved =
-        load_checkpoint(opt.resume, layout, model->params(), zero1 ? full_m.data() : exp_avg.data(),
-                        zero1 ? full_v.data() : exp_avg_sq.data());
-    check_resume_compatible(cfg, saved.config, opt.resume, saved.world_size, world);
+    load_checkpoint_tensors(opt.resume, layout, model->params(),
+                            zero1 ? full_m.data() : exp_avg.data(),
+                            zero1 ? full_v.data() : exp_avg_sq.data());
+    check_resume_compatible(cfg, saved->config, opt.resume, saved->world_size, world);
     if (zero1) dp->load_shard(full_m.data(), full_v.data());
-    state.step = saved.step;
-    state.data_cursor = saved.data_cursor;
-    state.rng = saved.rng;
-    state.tokens_seen = saved.tokens_seen;
+    state.step = saved->step;
+    state.data_cursor = saved->data_cursor;
+    state.rng = saved->rng;
+    state.tokens_seen = saved->tokens_seen;
     train_data.set_cursor(state.data_cursor);
   } else if (!opt.init.empty()) {
     load_params(opt.init, layout, model->params());
@@ -323,14 +326,7 @@ TrainResult run_training(const TrainOptions& opt) {
       fail("step {}: the loss is {} (diverged); lower train.lr in {}", step + 1, loss, cfg.path);
     if (dump) dump->capture_grads(layout, grads.data());
 
-    OptimizerStep hp;
-    hp.lr = learning_rate(tc, static_cast<int>(step));
-    hp.beta1 = tc.beta1;
-    hp.beta2 = tc.beta2;
-    hp.eps = tc.eps;
-    hp.weight_decay = tc.weight_decay;
-    hp.max_grad_norm = tc.grad_clip;
-    hp.step = step + 1;
+    OptimizerStep hp = optimizer_step(tc, learning_rate(tc, static_cast<int>(step)), step + 1);
     if (test_bug_active("adamw-no-bias-correction")) hp.step = int64_t{1} << 40;
     const double grad_norm =
         zero1 ? dp->zero1_step(*numerics, hp)
