@@ -227,5 +227,27 @@ expect_error "data prepare into a folder that exists" "notext\.jsonl:1" \
   "$FORGE" data prepare --out kept notext.jsonl
 [ -d kept ] || fail "a failed data prepare removed a folder it did not make"
 
+printf '{"text": "a", "n": 1e999}\n' > overflow.jsonl
+expect_error "data prepare: a number no double holds, in a field not read" \
+  "overflow\.jsonl:1: unreadable JSON: .*1e999" "$FORGE" data prepare --out made/prep overflow.jsonl
+[ ! -e made ] || fail "a failed data prepare left its output folder behind"
+
+# A mistyped command is named with the choices (CLI11 said only "A subcommand is required").
+expect_error "unknown command" "unknown command 'traim' \(expected one of: train, eval" \
+  "$FORGE" traim --config good.json
+expect_error "unknown data command" "data: unknown command 'prepar' \(expected one of: prepare\)" \
+  "$FORGE" data prepar --out x notext.jsonl
+# --dump-act-steps means level-2 activations: at level 1 it was accepted and did nothing.
+expect_error "--dump-act-steps at level 1" "--dump-act-steps: activations are dumped at level 2 only" \
+  "$FORGE" train --config good.json --dump refused --dump-act-steps 1
+expect_error "--dump-act-steps not a step" "--dump-act-steps: expected comma-separated step numbers from 1, got '1,2x'" \
+  "$FORGE" train --config good.json --dump refused --dump-level 2 --dump-act-steps 1,2x
+# The data-parallel switches are checked in a single process too (which ignores them).
+expect_error "bad FORGE_DP_SHARDING, one process" "FORGE_DP_SHARDING: expected \"none\" or \"zero1\", got \"bogus\"" \
+  env FORGE_DP_SHARDING=bogus "$FORGE" train --config good.json --out-dir refused
+expect_error "bad FORGE_DIST_TIMEOUT_S, one process" "FORGE_DIST_TIMEOUT_S: expected a positive number of seconds, got 'abc'" \
+  env FORGE_DIST_TIMEOUT_S=abc "$FORGE" train --config good.json --out-dir refused
+[ ! -e refused ] || fail "a refused run left its folder behind"
+
 expect_no_partial_files "$WORK"
 echo "ok: no partial files"

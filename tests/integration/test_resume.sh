@@ -71,3 +71,18 @@ before=$(cat finished/checkpoints/latest; md5sum finished/metrics.jsonl)
 [ "$(cat finished/checkpoints/latest; md5sum finished/metrics.jsonl)" = "$before" ] ||
   fail "resuming without --out-dir wrote into the config's out_dir, another run's folder"
 echo "ok: resumed without --out-dir, the run went on in its checkpoint's folder"
+
+# A resume that trains with other settings than its checkpoint's run says so (it was silent);
+# one with the same settings says nothing. --quiet drops the per-step lines only: the first
+# line and the closing summary stay.
+"$FORGE" train --config cfg.json --out-dir noted --steps 8 --stop-after 4 --quiet >/dev/null
+make_config lower.json cfg.json train.lr=1e-4 train.min_lr=1e-5
+"$FORGE" train --config lower.json --resume noted/checkpoints/step_000004 --steps 8 --quiet >changed.out
+grep -q "^note: resuming with settings other than the checkpoint's run: train.lr 0.0001 (was " changed.out ||
+  { cat changed.out >&2; fail "a resume with another lr gave no note"; }
+"$FORGE" train --config cfg.json --resume noted/checkpoints/step_000004 --steps 8 --quiet >same.out
+! grep -q "^note:" same.out || { cat same.out >&2; fail "a resume with the same settings gave a note"; }
+grep -q "^forge train: " same.out && grep -q "^done: 8 steps" same.out ||
+  { cat same.out >&2; fail "--quiet dropped the first line or the summary"; }
+! grep -qE "^step +[0-9]+/" same.out || { cat same.out >&2; fail "--quiet printed per-step lines"; }
+echo "ok: a resume with another lr is noted, one with the same settings is not; --quiet keeps the summary"

@@ -188,6 +188,10 @@ TEST(Bpe, KnownTokens) {
   // The Tokenizer interface never turns text into the special token.
   const forge::Tokenizer& base = t;
   EXPECT_EQ(base.encode("<|endoftext|>"), t.encode_ordinary("<|endoftext|>"));
+  // But a prompt may start a document as the shards do: sample reads it through this one.
+  EXPECT_EQ(base.encode_with_special("<|endoftext|>The"), (std::vector<uint32_t>{50256, 464}));
+  const auto bytes = forge::make_tokenizer("bytes");
+  EXPECT_EQ(bytes->encode_with_special("<|"), (std::vector<uint32_t>{'<', '|'}));
   EXPECT_EQ(t.decode_bytes(std::vector<uint32_t>{31373, 50256, 995}), "hello<|endoftext|> world");
   EXPECT_THROW(t.decode_bytes(std::vector<uint32_t>{50257}), forge::Error);
 }

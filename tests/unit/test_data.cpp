@@ -328,7 +328,8 @@ TEST(DataPrepare, MixedCorpusSplitsByDocumentWithExactCounts) {
 
   // Documents in order: "alpha document\n", "doc one", "doc two\nline2", "doc three", "last"
   EXPECT_EQ(r.files, 3u);
-  EXPECT_EQ(r.skipped_files, 1u);
+  EXPECT_EQ(r.skipped_files, 3u);  // a.dat, a.u8 and blob.txt
+  EXPECT_EQ(r.repeated_files, 0u);
   EXPECT_EQ(r.documents, 5u);
   EXPECT_EQ(r.train_documents, 3u);
   EXPECT_EQ(r.val_documents, 2u);
@@ -341,6 +342,24 @@ TEST(DataPrepare, MixedCorpusSplitsByDocumentWithExactCounts) {
   EXPECT_EQ(r.val_tokens, val.size());
   EXPECT_EQ(forge::ShardReader(r.train_path).vocab_size(), 256u);
   EXPECT_EQ(r.train_path, dir / "out/train.bin");
+}
+
+// A file reached twice is read once: read twice, the same text went to train and validation.
+TEST(DataPrepare, FilesNamedTwiceAreReadOnce) {
+  TempDir dir;
+  write_text(dir / "corpus/a.txt", "alpha");
+  write_text(dir / "corpus/b.txt", "beta");
+  forge::PrepareOptions opt;
+  opt.out_dir = dir / "out";
+  const std::string a = dir / "corpus/a.txt";
+  opt.inputs = {a, a, dir / "corpus/../corpus/a.txt", dir / "corpus"};
+  opt.val_fraction = 0.5;
+  opt.progress = false;
+  const forge::PrepareResult r = forge::prepare_data(opt);
+  EXPECT_EQ(r.files, 2u);
+  EXPECT_EQ(r.repeated_files, 3u);
+  EXPECT_EQ(decode_shard(r.train_path), "alpha\n");
+  EXPECT_EQ(decode_shard(r.val_path), "beta\n");
 }
 
 TEST(DataPrepare, DefaultFractionSendsEveryTenthDocumentToValidation) {
@@ -407,6 +426,10 @@ TEST(DataPrepare, ErrorsNameTheInput) {
   write_text(dir / "broken.jsonl", "{\"text\": \"ok\"}\n\n{\"text\": \n");
   opt.inputs = {dir / "broken.jsonl"};
   EXPECT_NE(error_of([&] { forge::prepare_data(opt); }).find("broken.jsonl:3: malformed JSON"),
+            std::string::npos);
+  write_text(dir / "overflow.jsonl", "{\"text\": \"ok\", \"n\": 1e999}\n");
+  opt.inputs = {dir / "overflow.jsonl"};
+  EXPECT_NE(error_of([&] { forge::prepare_data(opt); }).find("overflow.jsonl:1: unreadable JSON"),
             std::string::npos);
   write_text(dir / "nofield.jsonl", "{\"content\": \"ok\"}\n");
   opt.inputs = {dir / "nofield.jsonl"};

@@ -116,7 +116,8 @@ void register_sample(CLI::App& app) {
            tok->vocab_size(), V, lm.config.path);
     o->s.vocab_limit = static_cast<int>(tok->vocab_size());  // only what it can decode
     std::vector<int32_t> prompt;
-    for (uint32_t t : tok->encode(o->prompt)) prompt.push_back(static_cast<int32_t>(t));
+    for (uint32_t t : tok->encode_with_special(o->prompt))
+      prompt.push_back(static_cast<int32_t>(t));
     if (prompt.empty()) fail("--prompt: expected text that makes at least one token");
     fmt::print("{}", o->prompt);
     std::fflush(stdout);

@@ -36,28 +36,39 @@ void register_train(CLI::App& app) {
       ->needs(dump);
   cmd->add_option("--steps", opt->steps, "override train.steps (also the schedule's length)")
       ->check(positive_integer());
-  cmd->add_option("--stop-after", opt->stop_after, "stop with a checkpoint after this many steps")
+  cmd->add_option(
+         "--stop-after", opt->stop_after,
+         "stop at step N (counted from the run's start, as a resumed run counts) with a checkpoint")
       ->check(positive_integer());
   cmd->add_option("--out-dir", opt->out_dir, "override out_dir");
-  cmd->add_flag("--quiet", opt->quiet, "no per-step lines (metrics.jsonl is still written)");
+  cmd->add_flag("--quiet", opt->quiet,
+                "no per-step lines or progress bar (metrics.jsonl is still written)");
   cmd->add_option(
          "--dp-sharding", opt->dp_sharding,
          "data parallel: none (every rank keeps the whole AdamW state) or zero1 (each of N "
          "ranks keeps 1/N); default: FORGE_DP_SHARDING, else none")
       ->check(CLI::IsMember({"none", "zero1"}));
   cmd->callback([opt, act_steps] {
+    if (!opt->dump_dir.empty() && opt->dump_level == 0) opt->dump_level = 1;
     if (!act_steps->empty()) {
+      if (opt->dump_level != 2)
+        fail("--dump-act-steps: activations are dumped at level 2 only; add --dump-level 2");
       std::stringstream ss(*act_steps);
       std::string item;
       while (std::getline(ss, item, ',')) {
+        size_t used = 0;
+        long long step = 0;
         try {
-          opt->dump_act_steps.insert(std::stoll(item));
+          step = std::stoll(item, &used);
         } catch (const std::exception&) {
-          fail("--dump-act-steps: expected comma-separated step numbers, got '{}'", *act_steps);
+          used = 0;
         }
+        if (used == 0 || used != item.size() || step < 1)
+          fail("--dump-act-steps: expected comma-separated step numbers from 1, got '{}'",
+               *act_steps);
+        opt->dump_act_steps.insert(step);
       }
     }
-    if (!opt->dump_dir.empty() && opt->dump_level == 0) opt->dump_level = 1;
     run_training(*opt);
   });
 }

@@ -5,11 +5,39 @@
 #include <cstdio>
 #include <exception>
 #include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
 
 #include "forge/cli/commands.h"
 #include "forge/core/env.h"
 #include "forge/core/error.h"
 #include "forge/kernels/cpu/dispatch.h"
+
+namespace {
+
+// CLI11 answers a mistyped command with "A subcommand is required", naming neither the word
+// nor the choices: the command words (`forge data prepare`: two) are checked first.
+void check_command_words(CLI::App& app, int argc, char** argv) {
+  CLI::App* at = &app;
+  std::string path;  // the command words read so far, each followed by ": "
+  for (int i = 1; i < argc && argv[i][0] != '-'; ++i) {
+    const auto subs = at->get_subcommands([](CLI::App*) { return true; });
+    if (subs.empty()) return;  // a command's positional arguments from here on
+    std::vector<std::string> names;
+    CLI::App* next = nullptr;
+    for (CLI::App* sub : subs) {
+      names.push_back(sub->get_name());
+      if (sub->get_name() == argv[i]) next = sub;
+    }
+    if (!next)
+      throw CLI::ValidationError(fmt::format("{}unknown command '{}' (expected one of: {})", path,
+                                             argv[i], fmt::join(names, ", ")));
+    at = next;
+    path += next->get_name() + ": ";
+  }
+}
+
+}  // namespace
 
 int main(int argc, char** argv) {
   CLI::App app{
@@ -26,6 +54,7 @@ int main(int argc, char** argv) {
   try {
     forge::read_environment_switches();
     forge::kernels::cpu::active_isa();  // FORGE_CPU_ISA, checked before any command runs
+    check_command_words(app, argc, argv);
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {
     return app.exit(e);

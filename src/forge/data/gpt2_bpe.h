@@ -77,7 +77,7 @@ class Gpt2Bpe final : public Tokenizer {
   Gpt2Bpe(const std::string& encoder_json_path, const std::string& vocab_bpe_path);
   ~Gpt2Bpe() override;
 
-  // Special tokens in text are ordinary text ("<|endoftext|>" becomes 9 tokens).
+  // Special tokens in text are ordinary text ("<|endoftext|>" becomes 7 tokens).
   std::vector<uint32_t> encode_ordinary(std::string_view text) const;
   // allow_special: "<|endoftext|>" in text becomes eot(); otherwise as encode_ordinary.
   std::vector<uint32_t> encode(std::string_view text, bool allow_special) const;
@@ -101,6 +101,9 @@ class Gpt2Bpe final : public Tokenizer {
   // Data preparation tokenizes text, where "<|endoftext|>" is just text.
   std::vector<uint32_t> encode(std::string_view text) const override {
     return encode_ordinary(text);
+  }
+  std::vector<uint32_t> encode_with_special(std::string_view text) const override {
+    return encode(text, true);
   }
   std::string decode(std::span<const uint32_t> ids) const override { return decode_bytes(ids); }
 

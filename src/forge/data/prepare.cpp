@@ -1,5 +1,6 @@
 #include "forge/data/prepare.h"
 
+#include <fmt/format.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -8,6 +9,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <nlohmann/json.hpp>
+#include <set>
 
 #include "forge/core/error.h"
 #include "forge/data/shard.h"
@@ -29,27 +31,47 @@ struct InputFile {
   uint64_t size;
 };
 
-std::vector<InputFile> list_inputs(const std::vector<std::string>& inputs) {
+// The inputs' files in reading order; `skipped` counts the index files left out of folders and
+// `repeated` the files reached a second time (named twice, or named and inside a named folder),
+// which are read once: a document read twice could land in both train and validation.
+std::vector<InputFile> list_inputs(const std::vector<std::string>& inputs, size_t& skipped,
+                                   size_t& repeated) {
   std::vector<InputFile> files;
+  std::set<std::string> seen;
+  auto add = [&](const std::string& p, bool from_directory) {
+    std::error_code ec;
+    const fs::path canonical = fs::weakly_canonical(p, ec);
+    if (!seen.insert(ec ? p : canonical.string()).second) {
+      ++repeated;
+      return;
+    }
+    files.push_back({p, from_directory, static_cast<uint64_t>(fs::file_size(p, ec))});
+  };
   for (const std::string& input : inputs) {
     std::error_code ec;
     fs::file_status st = fs::status(input, ec);
     if (ec || !fs::exists(st)) fail("{}: input not found", input);
     if (fs::is_directory(st)) {
       std::vector<std::string> found;
+      std::string last_folder = input;  // where the listing is when it fails
       for (auto it = fs::recursive_directory_iterator(input, ec);
            !ec && it != fs::recursive_directory_iterator(); it.increment(ec)) {
         const std::string p = it->path().string();
-        if (!it->is_regular_file(ec)) continue;
+        std::error_code type_ec;
+        if (it->is_directory(type_ec)) last_folder = p;
+        if (!it->is_regular_file(type_ec)) continue;
         // fortune(6) keeps binary index files (*.dat) and UTF-8 variants (*.u8) beside the text.
-        if (ends_with(p, ".dat") || ends_with(p, ".u8")) continue;
+        if (ends_with(p, ".dat") || ends_with(p, ".u8")) {
+          ++skipped;
+          continue;
+        }
         found.push_back(p);
       }
-      if (ec) fail("{}: cannot list directory: {}", input, ec.message());
+      if (ec) fail("{}: cannot list directory: {}", last_folder, ec.message());
       std::sort(found.begin(), found.end());
-      for (auto& p : found) files.push_back({p, true, static_cast<uint64_t>(fs::file_size(p, ec))});
+      for (auto& p : found) add(p, true);
     } else if (fs::is_regular_file(st)) {
-      files.push_back({input, false, static_cast<uint64_t>(fs::file_size(input, ec))});
+      add(input, false);
     } else {
       fail("{}: input is neither a regular file nor a directory", input);
     }
@@ -185,6 +207,8 @@ void read_jsonl(const std::string& path, const std::string& content, const std::
       j = nlohmann::json::parse(line);
     } catch (const nlohmann::json::parse_error& e) {
       fail("{}:{}: malformed JSON at column {}: {}", path, line_no, e.byte, e.what());
+    } catch (const nlohmann::json::exception& e) {  // a number no double holds, ...
+      fail("{}:{}: unreadable JSON: {}", path, line_no, e.what());
     }
     if (!j.is_object()) fail("{}:{}: expected a JSON object per line", path, line_no);
     auto it = j.find(field);
@@ -210,12 +234,13 @@ PrepareResult prepare_data(const PrepareOptions& options, const Tokenizer& token
     fail("data prepare: val_fraction must be in (0, 0.5], got {}", options.val_fraction);
   if (options.text_field.empty()) fail("data prepare: text_field must not be empty");
 
-  const std::vector<InputFile> files = list_inputs(options.inputs);
+  PrepareResult r;
+  const std::vector<InputFile> files =
+      list_inputs(options.inputs, r.skipped_files, r.repeated_files);
   uint64_t total_bytes = 0;
   for (const auto& f : files) total_bytes += f.size;
   const OutputFolder out(options.out_dir);  // removed again, if it was made, when this fails
 
-  PrepareResult r;
   r.vocab_size = tokenizer.vocab_size();
   r.train_path = (fs::path(options.out_dir) / "train.bin").string();
   r.val_path = (fs::path(options.out_dir) / "val.bin").string();
@@ -257,14 +282,16 @@ PrepareResult prepare_data(const PrepareOptions& options, const Tokenizer& token
   train.finish();
   val.finish();
 
-  std::fprintf(stderr,
-               "prepared %zu documents from %zu files (%zu skipped) with tokenizer %s: train %llu "
-               "tokens (%zu docs) "
-               "-> %s, val %llu tokens (%zu docs) -> %s\n",
-               r.documents, r.files, r.skipped_files, tokenizer.name().c_str(),
-               static_cast<unsigned long long>(r.train_tokens), r.train_documents,
-               r.train_path.c_str(), static_cast<unsigned long long>(r.val_tokens), r.val_documents,
-               r.val_path.c_str());
+  std::fprintf(
+      stderr,
+      "prepared %zu documents from %zu files (%zu skipped%s) with tokenizer %s: train %llu "
+      "tokens (%zu docs) "
+      "-> %s, val %llu tokens (%zu docs) -> %s\n",
+      r.documents, r.files, r.skipped_files,
+      r.repeated_files ? fmt::format(", {} named twice read once", r.repeated_files).c_str() : "",
+      tokenizer.name().c_str(), static_cast<unsigned long long>(r.train_tokens), r.train_documents,
+      r.train_path.c_str(), static_cast<unsigned long long>(r.val_tokens), r.val_documents,
+      r.val_path.c_str());
   return r;
 }
 

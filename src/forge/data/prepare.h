@@ -2,7 +2,8 @@
 //
 // Inputs are files or directories. A directory contributes its regular files recursively,
 // in sorted path order, skipping fortune index files (*.dat, *.u8) and binary files (any
-// NUL byte). A *.jsonl file holds one document per non-blank line: a JSON object whose
+// NUL byte). A file reached twice (named twice, or named and inside a named directory) is
+// read once. A *.jsonl file holds one document per non-blank line: a JSON object whose
 // `text_field` is a string (empty documents are skipped). Any other file is one document.
 //
 // Documents are separated so the model sees where one ends:
@@ -39,8 +40,9 @@ struct PrepareOptions {
 
 struct PrepareResult {
   std::string train_path, val_path;
-  size_t files = 0;          // files read
-  size_t skipped_files = 0;  // binary / index files skipped inside directories
+  size_t files = 0;           // files read
+  size_t skipped_files = 0;   // binary / index files skipped inside directories
+  size_t repeated_files = 0;  // files reached twice (named twice, or also inside a named folder)
   size_t documents = 0;
   size_t train_documents = 0, val_documents = 0;  // a split single document counts in both
   uint64_t train_tokens = 0, val_tokens = 0;

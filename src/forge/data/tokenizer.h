@@ -21,6 +21,11 @@ class Tokenizer {
   // The end-of-text token placed before every document, if the vocabulary has one.
   virtual std::optional<uint32_t> eot_token() const = 0;
   virtual std::vector<uint32_t> encode(std::string_view text) const = 0;
+  // encode, with the end-of-text token's own text (GPT-2's "<|endoftext|>") read as that
+  // token, for a prompt that starts a document as the shards do; other tokenizers: encode.
+  virtual std::vector<uint32_t> encode_with_special(std::string_view text) const {
+    return encode(text);
+  }
   // Throws forge::Error on an id >= vocab_size().
   virtual std::string decode(std::span<const uint32_t> ids) const = 0;
 };

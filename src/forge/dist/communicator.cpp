@@ -32,6 +32,16 @@ void Communicator::reduce_scatter_sum(float* data, size_t n) {
   wait(start_reduce_scatter(data, data, n, false, scratch_.data()));
 }
 
+double dist_timeout_seconds() {
+  const char* s = std::getenv("FORGE_DIST_TIMEOUT_S");
+  if (!s || !*s) return 300.0;
+  char* end = nullptr;
+  const double v = std::strtod(s, &end);
+  if (*end != '\0' || !(v > 0))
+    fail("environment FORGE_DIST_TIMEOUT_S: expected a positive number of seconds, got '{}'", s);
+  return v;
+}
+
 bool launched_by_mpi() {
   // Open MPI, MPICH/Hydra and Slurm's PMI each export one of these to every rank.
   for (const char* v : {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_RANK", "MPI_LOCALNRANKS"})

@@ -101,5 +101,7 @@ std::unique_ptr<Communicator> make_communicator();
 std::unique_ptr<Communicator> make_single_process_communicator();
 // True when the environment says an MPI launcher started this process.
 bool launched_by_mpi();
+// FORGE_DIST_TIMEOUT_S (default 300): how long a collective may stall before wait() throws.
+double dist_timeout_seconds();
 
 }  // namespace forge::dist

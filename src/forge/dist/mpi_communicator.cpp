@@ -83,22 +83,12 @@ int to_int(size_t n, const char* what) {
   return static_cast<int>(n);
 }
 
-double timeout_seconds() {
-  const char* s = std::getenv("FORGE_DIST_TIMEOUT_S");
-  if (!s || !*s) return 300.0;
-  char* end = nullptr;
-  const double v = std::strtod(s, &end);
-  if (*end != '\0' || !(v > 0))
-    fail("environment FORGE_DIST_TIMEOUT_S: expected a positive number of seconds, got '{}'", s);
-  return v;
-}
-
 class Mpi final : public Communicator {
  public:
   // FORGE_DIST_TIMEOUT_S is read before MPI starts: a rank that refuses it then simply exits,
   // and the launcher ends the others; refused after MPI_Init, it stayed alive in MPI's exit
   // while the other ranks waited for it until their timeout.
-  Mpi() : timeout_s_(timeout_seconds()) {
+  Mpi() : timeout_s_(dist_timeout_seconds()) {
     MpiRuntime& rt = runtime();
     if (!rt.initialised) {
       int already = 0;

@@ -12,6 +12,7 @@
 #include <limits>
 #include <nlohmann/json.hpp>
 #include <optional>
+#include <set>
 #include <vector>
 
 #include "forge/core/error.h"
@@ -66,6 +67,26 @@ void check_resume_compatible(const Config& cfg, const nlohmann::json& saved, con
         cfg.train.batch_size, cfg.train.seq_len, cfg.train.grad_accum_steps, world);
 }
 
+// What a resumed run trains differently from its checkpoint's run (the schedule, AdamW's
+// settings, the data): allowed, as a way to change course, but then the run is not the one an
+// uninterrupted run would have made, so it is said. Settings that change no bit are left out.
+std::string resume_changes(const Config& cfg, const nlohmann::json& saved, const std::string& dir) {
+  const nlohmann::json now = config_to_json(cfg), then = config_to_json(parse_config(saved, dir));
+  static const std::set<std::string> no_bits = {"threads", "log_interval", "eval_interval",
+                                                "eval_batches", "checkpoint_interval"};
+  std::vector<std::string> changes;
+  for (const char* section : {"train", "data"})
+    for (auto& [key, value] : now[section].items())
+      if (!no_bits.count(key) && then[section].value(key, nlohmann::json()) != value)
+        changes.push_back(fmt::format("{}.{} {} (was {})", section, key, value.dump(),
+                                      then[section].value(key, nlohmann::json()).dump()));
+  if (changes.empty()) return "";
+  return fmt::format(
+      "note: resuming with {} than the checkpoint's run: {}; the steps from here are not those "
+      "that run would have taken",
+      changes.size() == 1 ? "a setting other" : "settings other", fmt::join(changes, ", "));
+}
+
 // A resumed run appends to metrics.jsonl from its checkpoint's step on. The records of later
 // steps (a run that went on past that checkpoint before it stopped) and a line cut short by a
 // killed writer are dropped first, so that no step appears twice and every line parses.
@@ -116,6 +137,10 @@ TrainResult run_training(const TrainOptions& opt) {
   // alone logs and writes metrics, dumps and checkpoints; every rank computes the same
   // validation loss. A rank that fails marks the run failed so that the launcher ends the
   // others instead of them waiting on it.
+  // The data-parallel switches are checked in a single process too, which ignores them: a
+  // value outside their lists is refused wherever it is given.
+  const auto sharding_asked = dist::choose_sharding(opt.dp_sharding);
+  dist::dist_timeout_seconds();
   auto comm = dist::make_communicator();
   const int rank = comm->rank(), world = comm->world();
   const bool lead = rank == 0;
@@ -125,8 +150,7 @@ TrainResult run_training(const TrainOptions& opt) {
       if (std::uncaught_exceptions() > 0) c.mark_failed();
     }
   } fail_guard{*comm};
-  const auto sharding =
-      world > 1 ? dist::choose_sharding(opt.dp_sharding) : dist::OptimizerSharding::Replicated;
+  const auto sharding = world > 1 ? sharding_asked : dist::OptimizerSharding::Replicated;
   const bool zero1 = sharding == dist::OptimizerSharding::Zero1;
   if (zero1 && !opt.dump_dir.empty())
     fail(
@@ -187,6 +211,7 @@ TrainResult run_training(const TrainOptions& opt) {
 
   TrainState state;
   state.config = config_to_json(cfg);
+  std::string resume_note;
   if (saved) {
     // DP: checkpoints hold the full optimizer state, so any number of ranks (sharded or
     // not) resumes from them: ZeRO-1 ranks keep their own elements of it.
@@ -195,6 +220,7 @@ TrainResult run_training(const TrainOptions& opt) {
                             zero1 ? full_m.data() : exp_avg.data(),
                             zero1 ? full_v.data() : exp_avg_sq.data());
     check_resume_compatible(cfg, saved->config, opt.resume, saved->world_size, world);
+    resume_note = resume_changes(cfg, saved->config, opt.resume + "/state.json");
     if (zero1) dp->load_shard(full_m.data(), full_v.data());
     state.step = saved->step;
     state.data_cursor = saved->data_cursor;
@@ -242,7 +268,9 @@ TrainResult run_training(const TrainOptions& opt) {
     ~Closer() { std::fclose(f); }
   } closer{metrics};
 
-  const bool talk = !opt.quiet && lead;  // DP: rank 0 speaks for all
+  // DP: rank 0 speaks for all. --quiet drops the per-step lines and the progress bar only: the
+  // first line, validation and the closing summary stay.
+  const bool talk = lead, step_lines = lead && !opt.quiet;
   if (talk)
     fmt::print(
         "forge train: {} ({} parameters), numerics {} ({}), B={} T={} accum={}, {} "
@@ -250,10 +278,11 @@ TrainResult run_training(const TrainOptions& opt) {
         cfg.path, layout.numel(), numerics->name(), numerics->arithmetic(), B, T, accum, threads,
         peak.fp32_flops / 1e9);
   if (talk && dp) fmt::print("{}\n", dp->describe());
+  if (talk && !resume_note.empty()) fmt::print("{}\n", resume_note);
 
   std::vector<int32_t> inputs(static_cast<size_t>(B) * T), targets(inputs.size());
   std::vector<double> step_tps, step_mfu;
-  Progress progress(last_step, state.step, talk);
+  Progress progress(last_step, state.step, step_lines);
   std::vector<float> micro_losses(accum), all_losses(static_cast<size_t>(accum) * world);
   double comm_wait_total = 0, step_time_total = 0;
   TrainResult result;
@@ -358,7 +387,7 @@ TrainResult run_training(const TrainOptions& opt) {
                               {"comm_wait_ms", comm_wait * 1e3}}
                    .dump());
     std::fflush(metrics);
-    if (talk && ((step + 1) % std::max(1, tc.log_interval) == 0 || step == 0))
+    if (step_lines && ((step + 1) % std::max(1, tc.log_interval) == 0 || step == 0))
       progress.message(fmt::format(
           "step {:>6}/{} | loss {:.4f} | lr {:.3e} | norm {:.4f} | {:.1f} ms | {:.0f} tok/s | "
           "MFU {:.1f}%",
@@ -393,6 +422,13 @@ TrainResult run_training(const TrainOptions& opt) {
         "buckets per micro-step started while backward ran\n",
         step_time_total > 0 ? 100 * comm_wait_total / step_time_total : 0.0,
         dp->buckets_started_in_backward(), dp->bucket_count());
+  // An fp32 step cannot pass the fp32 peak: both readings were taken while something else
+  // held the cores. (bf16's products run on other units: its MFU may pass 100%.)
+  if (talk && result.mfu > 1.0 && numerics->name() != "bf16")
+    fmt::print(
+        "note: MFU above 100%: the fp32 peak readings ({:.1f} GFLOP/s at most) were taken while "
+        "something else held the cores; the MFU figures of this run are not this machine's\n",
+        peak.fp32_flops / 1e9);
   if (talk)
     fmt::print(
         "done: {} steps, last loss {:.4f}, median {:.0f} tok/s, MFU {:.1f}%, checkpoint {}\n",

@@ -19,9 +19,9 @@ struct TrainOptions {
   int dump_level = 0;
   std::set<int64_t> dump_act_steps;
   int steps = -1;           // overrides train.steps when >= 0 (also the schedule length)
-  int stop_after = -1;      // stop (with a checkpoint) after this many steps in total
+  int stop_after = -1;      // stop (with a checkpoint) at this step, counted from the run's start
   std::string out_dir;      // overrides config.out_dir when set
-  bool quiet = false;       // no per-step lines on stdout (metrics file still written)
+  bool quiet = false;       // no per-step lines or progress bar (metrics file still written)
   std::string dp_sharding;  // "none" | "zero1"; empty: FORGE_DP_SHARDING, else none
 };
 
