@@ -6,7 +6,7 @@ cd "$(dirname "$0")/.."
 CONFIG=${1:-configs/small.json}
 FORGE=build/forge
 
-$FORGE train --config "$CONFIG"
+$FORGE train --config "$CONFIG" --overwrite  # make train trains afresh, replacing an earlier run
 OUT=$(.venv/bin/python -c 'import json,sys; print(json.load(open(sys.argv[1])).get("out_dir","runs/default"))' "$CONFIG")
 CKPT=$(cat "$OUT/checkpoints/latest")
 echo

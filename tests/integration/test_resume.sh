@@ -86,3 +86,73 @@ grep -q "^forge train: " same.out && grep -q "^done: 8 steps" same.out ||
   { cat same.out >&2; fail "--quiet dropped the first line or the summary"; }
 ! grep -qE "^step +[0-9]+/" same.out || { cat same.out >&2; fail "--quiet printed per-step lines"; }
 echo "ok: a resume with another lr is noted, one with the same settings is not; --quiet keeps the summary"
+
+# SIGINT / SIGTERM: the step in progress finishes, a checkpoint of it is written, the run ends
+# with the shell's status for the signal, and --resume goes on bit for bit. While it runs, a
+# second writer of its folder (here one asked to replace it) is refused in one line.
+make_config long.json cfg.json train.steps=4000 train.checkpoint_interval=0 train.eval_interval=0
+stop_midway() {  # NAME SIGNAL STATUS
+  local name=$1 sig=$2 status=$3
+  "$FORGE" train --config long.json --out-dir "$name" >"$name.out" 2>&1 &
+  local job=$! waited=0
+  until [ -f "$name/metrics.jsonl" ] && [ "$(grep -c '"loss"' "$name/metrics.jsonl")" -ge 30 ]; do
+    sleep 0.1
+    waited=$((waited + 1))
+    [ $waited -lt 600 ] || { kill -9 $job; fail "$name: no progress in 60 s"; }
+  done
+  if [ "$name" = int ]; then
+    expect_error "a second writer of a run folder" "int: another forge train \(pid $job\) is writing this run folder" \
+      "$FORGE" train --config long.json --out-dir int --overwrite
+  fi
+  kill -"$sig" $job
+  set +e
+  wait $job
+  local rc=$?
+  set -e
+  [ $rc -eq "$status" ] || { cat "$name.out" >&2; fail "$name: exit $rc after SIG$sig, expected $status"; }
+  grep -qE "^stopped by .* after step [0-9]+: checkpoint $name/checkpoints/step_[0-9]+; continue with --resume $name" "$name.out" ||
+    { cat "$name.out" >&2; fail "$name: no line saying where the run stopped"; }
+}
+stop_midway int INT 130
+stop_midway term TERM 143
+at=$(sed 's|.*step_0*||' int/checkpoints/latest)
+[ "$(grep -c '"loss"' int/metrics.jsonl)" -eq "$at" ] || fail "metrics.jsonl does not end at the checkpoint's step $at"
+"$FORGE" train --config long.json --resume int --stop-after $((at + 5)) --quiet >/dev/null
+"$FORGE" train --config long.json --out-dir uninterrupted --stop-after $((at + 5)) --quiet >/dev/null
+for f in model.safetensors optimizer.safetensors; do
+  cmp "int/checkpoints/step_$(printf %06d $((at + 5)))/$f" \
+    "uninterrupted/checkpoints/step_$(printf %06d $((at + 5)))/$f" ||
+    fail "$f: the run stopped by SIGINT at step $at and resumed differs from an uninterrupted one"
+done
+echo "ok: SIGINT and SIGTERM stop after a step with a checkpoint (exit 130, 143); resumed, bit for bit"
+
+# Resumed from an earlier checkpoint than the one `latest` names, the run is at that step from
+# the start: killed before its next checkpoint, `latest` names the checkpoint it went on from
+# (it named the later one, whose steps the cut-back metrics.jsonl no longer held).
+"$FORGE" train --config long.json --resume "int/checkpoints/step_$(printf %06d "$at")" >killed.out 2>&1 &
+job=$!
+waited=0
+until [ "$(grep -c '"loss"' int/metrics.jsonl)" -ge $((at + 20)) ]; do
+  sleep 0.1
+  waited=$((waited + 1))
+  [ $waited -lt 600 ] || { kill -9 $job; fail "the resumed run made no progress in 60 s"; }
+done
+kill -9 $job
+wait $job || true
+[ "$(cat int/checkpoints/latest)" = "int/checkpoints/step_$(printf %06d "$at")" ] ||
+  fail "after a resume from step $at, killed, latest names $(cat int/checkpoints/latest)"
+echo "ok: a resume from an earlier checkpoint makes it the latest from the start"
+
+# A new run (not a resume) into a folder that holds an earlier run is refused, and with
+# --overwrite replaces it: its checkpoints are the new run's alone.
+expect_error "a new run over an earlier one" \
+  "straight: holds an earlier run \(checkpoint step_000020 and metrics\.jsonl\); continue it with --resume straight, train into another --out-dir, or replace it with --overwrite" \
+  "$FORGE" train --config cfg.json --out-dir straight
+make_config short.json cfg.json train.steps=10
+"$FORGE" train --config short.json --out-dir straight --overwrite --quiet >overwrite.out
+grep -q "^note: replaced the earlier run in straight (checkpoint step_000020 and metrics.jsonl)" overwrite.out ||
+  { cat overwrite.out >&2; fail "--overwrite did not say what it replaced"; }
+[ "$(ls straight/checkpoints)" = "$(printf 'latest\nstep_000010')" ] ||
+  fail "--overwrite left the earlier run's checkpoints: $(ls straight/checkpoints | tr '\n' ' ')"
+[ "$(grep -c '"loss"' straight/metrics.jsonl)" -eq 10 ] || fail "--overwrite kept earlier metrics"
+echo "ok: a new run over an earlier one is refused, and --overwrite replaces it"

@@ -1,5 +1,7 @@
 #include <fmt/format.h>
 
+#include <cstdio>
+#include <cstdlib>
 #include <set>
 #include <sstream>
 
@@ -41,6 +43,10 @@ void register_train(CLI::App& app) {
          "stop at step N (counted from the run's start, as a resumed run counts) with a checkpoint")
       ->check(positive_integer());
   cmd->add_option("--out-dir", opt->out_dir, "override out_dir");
+  cmd->add_flag("--overwrite", opt->overwrite,
+                "replace an earlier run in the output folder (its checkpoints and metrics); "
+                "without it, such a folder is refused")
+      ->excludes(resume);
   cmd->add_flag("--quiet", opt->quiet,
                 "no per-step lines or progress bar (metrics.jsonl is still written)");
   cmd->add_option(
@@ -69,7 +75,12 @@ void register_train(CLI::App& app) {
         opt->dump_act_steps.insert(step);
       }
     }
-    run_training(*opt);
+    const TrainResult result = run_training(*opt);
+    // Stopped by a signal (after its checkpoint): the shell's status for that signal.
+    if (result.interrupted_by) {
+      std::fflush(stdout);
+      std::exit(128 + result.interrupted_by);
+    }
   });
 }
 

@@ -209,6 +209,39 @@ void remove_partial_checkpoints(const std::string& out_dir) {
   for (const auto& p : partial) fs::remove_all(p, ec);
 }
 
+EarlierRun earlier_run_in(const std::string& out_dir) {
+  EarlierRun run;
+  std::error_code ec;
+  run.metrics = fs::exists(fs::path(out_dir) / "metrics.jsonl", ec);
+  const fs::path dir = fs::path(out_dir) / "checkpoints";
+  if (fs::is_directory(dir, ec))
+    for (const auto& e : fs::directory_iterator(dir, ec)) {
+      const std::string name = e.path().filename().string();
+      if (e.is_directory(ec) && name.rfind("step_", 0) == 0 && e.path().extension() != ".tmp")
+        run.checkpoints.push_back(name);
+    }
+  std::sort(run.checkpoints.begin(), run.checkpoints.end());
+  return run;
+}
+
+std::string EarlierRun::describe() const {
+  std::string what;
+  if (checkpoints.size() == 1) what = "checkpoint " + checkpoints.front();
+  if (checkpoints.size() > 1)
+    what = fmt::format("{} checkpoints, {} to {}", checkpoints.size(), checkpoints.front(),
+                       checkpoints.back());
+  if (metrics) what += what.empty() ? "metrics.jsonl" : " and metrics.jsonl";
+  return what;
+}
+
+void remove_earlier_run(const std::string& out_dir, const EarlierRun& run) {
+  const fs::path dir = fs::path(out_dir) / "checkpoints";
+  for (const std::string& name : run.checkpoints) fs::remove_all(dir / name);
+  std::error_code ec;
+  fs::remove(dir / "latest", ec);
+  fs::remove(fs::path(out_dir) / "metrics.jsonl", ec);
+}
+
 std::string run_folder_of(const std::string& checkpoint_path) {
   const fs::path dir = fs::path(resolve_checkpoint(checkpoint_path)).lexically_normal();
   const fs::path parent = (dir.has_filename() ? dir : dir.parent_path()).parent_path();

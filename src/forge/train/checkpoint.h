@@ -46,6 +46,18 @@ void load_checkpoint_tensors(const std::string& path, const ParamLayout& layout,
 // "<name>.tmp.<pid>" files of processes no longer running (write_file_atomic's temporary name,
 // never renamed over its target).
 void remove_partial_checkpoints(const std::string& out_dir);
+// What an earlier run left in the run folder out_dir: its checkpoints (OUT/checkpoints/step_N
+// folders, sorted) and whether it wrote OUT/metrics.jsonl. A new run there (not a resume)
+// would mix its checkpoints and `latest` with these and replace the metrics.
+struct EarlierRun {
+  std::vector<std::string> checkpoints;
+  bool metrics = false;
+  bool empty() const { return checkpoints.empty() && !metrics; }
+  std::string describe() const;  // "checkpoints step_000010 to step_000250 and metrics.jsonl"
+};
+EarlierRun earlier_run_in(const std::string& out_dir);
+// Removes an earlier run's checkpoints, `latest` and metrics.jsonl from out_dir.
+void remove_earlier_run(const std::string& out_dir, const EarlierRun& run);
 // The checkpoint directory a path names: a checkpoint directory (it holds state.json) is
 // itself; the `latest` file a run keeps in OUT/checkpoints, that folder, or OUT itself name
 // the checkpoint `latest` points to (its last component, looked up beside `latest`, so the

@@ -23,6 +23,8 @@ class DataLoader {
   uint64_t cursor() const { return pos_; }
   void set_cursor(uint64_t pos);  // throws if out of range
   void reset() { pos_ = 0; }
+  int batch() const { return B_; }
+  int seq_len() const { return T_; }
   const ShardReader& shard() const { return *shard_; }
 
  private:

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "forge/model/model.h"
+#include "forge/train/data_loader.h"
 
 namespace forge {
 
@@ -14,6 +15,9 @@ namespace forge {
 // the shard with the training stream's rule (docs/formats.md): past its end the cursor wraps to
 // the start, as the reference's does, so a shard of fewer batches is read again.
 double evaluate_loss(Model& model, const std::string& shard_path, int B, int T, int batches);
+// The same on a shard already open (a training run opens and checks its validation shard once,
+// at start-up, and keeps it): read from its start whatever its cursor was.
+double evaluate_loss(Model& model, DataLoader& val, int batches);
 
 struct SampleOptions {
   int max_new_tokens = 200;

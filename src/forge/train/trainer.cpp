@@ -1,12 +1,17 @@
 #include "forge/train/trainer.h"
 
 #include <fmt/format.h>
+#include <pthread.h>
+#include <signal.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <cmath>
+#include <csignal>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <limits>
@@ -22,6 +27,7 @@
 #include "forge/dist/communicator.h"
 #include "forge/dist/data_parallel.h"
 #include "forge/io/atomic_file.h"
+#include "forge/io/folder_lock.h"
 #include "forge/model/model.h"
 #include "forge/numerics/numerics.h"
 #include "forge/train/checkpoint.h"
@@ -44,6 +50,65 @@ double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
   return v[v.size() / 2];
 }
+
+// The first SIGINT or SIGTERM while a run trains asks it to stop after the step in progress;
+// the handler only records the signal, and puts the default action back so that a second one
+// ends the process at once.
+volatile std::sig_atomic_t stop_signal = 0;
+
+extern "C" void record_stop_signal(int sig) {
+  stop_signal = sig;
+  std::signal(sig, SIG_DFL);
+}
+
+// The handler runs on a stack of its own (SA_ONSTACK): delivered on the thread's stack, the
+// signal frame overwrote what oneDNN's JIT GEMM kernels keep below their stack pointer, and the
+// step in progress corrupted the heap (seen in dnnl_sgemm's free, in about a third of the
+// runs stopped mid-step; never with torch-cpu's GEMMs, nor with the frame moved off the stack).
+// Only the main thread takes the signals: the team's other threads block them.
+class StopSignals {
+ public:
+  explicit StopSignals(bool install) : installed_(install) {
+    if (!installed_) return;
+    stop_signal = 0;
+    stack_.resize(kStackBytes);
+    stack_t ss{};
+    ss.ss_sp = stack_.data();
+    ss.ss_size = stack_.size();
+    sigaltstack(&ss, &old_stack_);
+    sigset_t both;
+    sigemptyset(&both);
+    sigaddset(&both, SIGINT);
+    sigaddset(&both, SIGTERM);
+    const pthread_t main_thread = pthread_self();
+#pragma omp parallel
+    if (!pthread_equal(pthread_self(), main_thread)) pthread_sigmask(SIG_BLOCK, &both, nullptr);
+    struct sigaction sa {};
+    sa.sa_handler = record_stop_signal;
+    sa.sa_flags = SA_RESTART | SA_ONSTACK;  // a write the signal interrupts goes on
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGINT, &sa, &old_int_);
+    sigaction(SIGTERM, &sa, &old_term_);
+  }
+  ~StopSignals() {
+    if (!installed_) return;
+    sigaction(SIGINT, &old_int_, nullptr);
+    sigaction(SIGTERM, &old_term_, nullptr);
+    sigaltstack(&old_stack_, nullptr);
+  }
+  StopSignals(const StopSignals&) = delete;
+  StopSignals& operator=(const StopSignals&) = delete;
+  int requested() const { return stop_signal; }
+
+ private:
+  // Room for the frame with every register state the CPU may save (AMX's tiles are 8 KiB).
+  static constexpr size_t kStackBytes = 256 * 1024;
+  bool installed_;
+  std::vector<char> stack_;
+  stack_t old_stack_{};
+  struct sigaction old_int_ {
+  }, old_term_{};
+};
 
 // The checked invariants of a resumed run: same model and same batch geometry.
 // DP: the global batch is B x T x grad_accum_steps x ranks, so a checkpoint of W ranks with
@@ -181,7 +246,10 @@ TrainResult run_training(const TrainOptions& opt) {
   // and then fails on its validation shard with nothing saved.
   DataLoader train_data = open_config_shard(cfg, "data.train", rank, world);
   const bool validates = !cfg.data.val.empty() && tc.eval_batches > 0;
-  if (validates) open_config_shard(cfg, "data.val");
+  // Kept open for the whole run: reopened at each evaluation, a shard replaced meanwhile was
+  // read without the checks above (tokens past the vocabulary read past the embedding).
+  std::optional<DataLoader> val_data;
+  if (validates) val_data.emplace(open_config_shard(cfg, "data.val"));
 
   auto numerics = make_numerics(cfg.numerics);
   set_subnormals_flushed(numerics->flushes_subnormals());
@@ -240,13 +308,39 @@ TrainResult run_training(const TrainOptions& opt) {
          opt.resume, state.step, last_step,
          last_step < tc.steps ? "--stop-after" : fmt::format("train.steps of {}", cfg.path));
 
+  // One writer per run folder (io/folder_lock.h), taken before the folder is read for an
+  // earlier run or a killed writer's leftovers: a live writer's are not leftovers.
+  std::optional<FolderLock> folder_lock;
+  if (lead && std::filesystem::is_directory(cfg.out_dir))
+    folder_lock.emplace(cfg.out_dir, "forge train");
+  // A new run in a folder that holds an earlier one would mix its checkpoints (and `latest`,
+  // until its first checkpoint) with that run's and replace its metrics: refused unless asked.
+  const EarlierRun earlier = saved ? EarlierRun{} : earlier_run_in(cfg.out_dir);
+  if (!earlier.empty() && !opt.overwrite)
+    fail(
+        "{}: holds an earlier run ({}); continue it with --resume {}, train into another "
+        "--out-dir, or replace it with --overwrite",
+        cfg.out_dir, earlier.describe(), cfg.out_dir);
+
   // The run folder is made once everything it depends on has been read and checked, so that
   // a refused run leaves no empty folder behind.
   if (lead) {
     ensure_writable_dir(cfg.out_dir);
+    if (!folder_lock) folder_lock.emplace(cfg.out_dir, "forge train");
+    if (!earlier.empty()) remove_earlier_run(cfg.out_dir, earlier);
     // Where checkpoints go, checked now rather than at the first checkpoint, after hours.
     ensure_writable_dir(cfg.out_dir + "/checkpoints");
     remove_partial_checkpoints(cfg.out_dir);  // DP (faults): leftovers of a killed writer
+    // Resumed from an earlier checkpoint of this folder than the one `latest` names, the run
+    // is now at that step: `latest` names it from the start, so that a run stopped before its
+    // next checkpoint resumes where its metrics (cut back to that step) leave off, not from the
+    // later checkpoint of the steps it replaces.
+    if (saved) {
+      const std::string here = fmt::format("{}/checkpoints/step_{:06d}", cfg.out_dir, state.step);
+      if (std::filesystem::is_directory(here) &&
+          std::filesystem::equivalent(resolve_checkpoint(opt.resume), here))
+        write_text_atomic(cfg.out_dir + "/checkpoints/latest", here + "\n");
+    }
   }
   std::unique_ptr<DumpWriter> dump;
   if (!opt.dump_dir.empty() && lead)
@@ -271,6 +365,13 @@ TrainResult run_training(const TrainOptions& opt) {
   // DP: rank 0 speaks for all. --quiet drops the per-step lines and the progress bar only: the
   // first line, validation and the closing summary stay.
   const bool talk = lead, step_lines = lead && !opt.quiet;
+  // A record that does not reach the disk (a full disk) ends the run in one line: the README
+  // promises one per step, and a run that went on would end with a silent gap.
+  auto write_record = [&](const nlohmann::json& record) {
+    fmt::print(metrics, "{}\n", record.dump());
+    if (std::fflush(metrics) != 0 || std::ferror(metrics))
+      fail("{}: cannot write: {}", metrics_path, std::strerror(errno));
+  };
   if (talk)
     fmt::print(
         "forge train: {} ({} parameters), numerics {} ({}), B={} T={} accum={}, {} "
@@ -279,6 +380,8 @@ TrainResult run_training(const TrainOptions& opt) {
         peak.fp32_flops / 1e9);
   if (talk && dp) fmt::print("{}\n", dp->describe());
   if (talk && !resume_note.empty()) fmt::print("{}\n", resume_note);
+  if (talk && !earlier.empty())
+    fmt::print("note: replaced the earlier run in {} ({})\n", cfg.out_dir, earlier.describe());
 
   std::vector<int32_t> inputs(static_cast<size_t>(B) * T), targets(inputs.size());
   std::vector<double> step_tps, step_mfu;
@@ -305,15 +408,18 @@ TrainResult run_training(const TrainOptions& opt) {
   };
   auto validate = [&](int64_t step) {
     if (!validates) return;
-    const double val = evaluate_loss(*model, cfg.data.val, B, T, tc.eval_batches);
+    const double val = evaluate_loss(*model, *val_data, tc.eval_batches);
     result.val_loss = val;
     if (lead)
       progress.message(
           fmt::format("step {:>6} | val loss {:.4f} | val ppl {:.2f}", step, val, std::exp(val)));
-    fmt::print(metrics, "{}\n", nlohmann::json{{"step", step}, {"val_loss", val}}.dump());
-    std::fflush(metrics);
+    write_record(nlohmann::json{{"step", step}, {"val_loss", val}});
   };
 
+  // SIGINT / SIGTERM (Ctrl-C, a scheduler's stop): the step in progress finishes and a
+  // checkpoint is written before the run ends; a second signal ends it at once. Data parallel
+  // keeps the default (each rank would stop at its own step, and the checkpoint is collective).
+  StopSignals stop(world == 1);
   for (int64_t step = state.step; step < last_step; ++step) {
     const auto t0 = Clock::now();
     const bool record = dump && dump->wants_activations(step + 1);
@@ -376,17 +482,14 @@ TrainResult run_training(const TrainOptions& opt) {
     }
     result.last_loss = loss;
     result.steps_done = step + 1;
-    fmt::print(metrics, "{}\n",
-               nlohmann::json{{"step", step + 1},
-                              {"loss", loss},
-                              {"lr", hp.lr},
-                              {"grad_norm", grad_norm},
-                              {"ms", secs * 1e3},
-                              {"tokens_per_s", tps},
-                              {"mfu", mfu},
-                              {"comm_wait_ms", comm_wait * 1e3}}
-                   .dump());
-    std::fflush(metrics);
+    write_record(nlohmann::json{{"step", step + 1},
+                                {"loss", loss},
+                                {"lr", hp.lr},
+                                {"grad_norm", grad_norm},
+                                {"ms", secs * 1e3},
+                                {"tokens_per_s", tps},
+                                {"mfu", mfu},
+                                {"comm_wait_ms", comm_wait * 1e3}});
     if (step_lines && ((step + 1) % std::max(1, tc.log_interval) == 0 || step == 0))
       progress.message(fmt::format(
           "step {:>6}/{} | loss {:.4f} | lr {:.3e} | norm {:.4f} | {:.1f} ms | {:.0f} tok/s | "
@@ -398,9 +501,26 @@ TrainResult run_training(const TrainOptions& opt) {
     if (tc.eval_interval > 0 && (step + 1) % tc.eval_interval == 0 && !at_end) validate(step + 1);
     if (tc.checkpoint_interval > 0 && (step + 1) % tc.checkpoint_interval == 0 && !at_end)
       write_checkpoint(step + 1);
+    if (stop.requested() && !at_end) {
+      result.interrupted_by = stop.requested();
+      break;
+    }
   }
   progress.finish();
   if (result.steps_done == 0) result.steps_done = state.step;
+  if (result.interrupted_by) {
+    // Stopped by a signal: the step in progress was finished; a checkpoint of it (unless the
+    // interval just wrote one) lets --resume go on bit for bit. No validation: the user asked
+    // to stop.
+    if (result.checkpoint !=
+        fmt::format("{}/checkpoints/step_{:06d}", cfg.out_dir, result.steps_done))
+      write_checkpoint(result.steps_done);
+    if (talk)
+      fmt::print("stopped by {} after step {}: checkpoint {}; continue with --resume {}\n",
+                 strsignal(result.interrupted_by), result.steps_done, result.checkpoint,
+                 cfg.out_dir);
+    return result;
+  }
   validate(result.steps_done);
   write_checkpoint(result.steps_done);
   result.tokens_per_s = median(step_tps);

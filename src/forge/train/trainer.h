@@ -21,6 +21,7 @@ struct TrainOptions {
   int steps = -1;           // overrides train.steps when >= 0 (also the schedule length)
   int stop_after = -1;      // stop (with a checkpoint) at this step, counted from the run's start
   std::string out_dir;      // overrides config.out_dir when set
+  bool overwrite = false;   // a new run may replace an earlier run in its folder
   bool quiet = false;       // no per-step lines or progress bar (metrics file still written)
   std::string dp_sharding;  // "none" | "zero1"; empty: FORGE_DP_SHARDING, else none
 };
@@ -32,6 +33,7 @@ struct TrainResult {
   std::string checkpoint;   // last checkpoint directory written
   double tokens_per_s = 0;  // median over the run's steps
   double mfu = 0;           // median, against the fp32 peak measured at start-up
+  int interrupted_by = 0;   // the signal (SIGINT, SIGTERM) that stopped the run early, or 0
 };
 
 TrainResult run_training(const TrainOptions& options);
