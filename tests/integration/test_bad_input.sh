@@ -249,5 +249,39 @@ expect_error "bad FORGE_DIST_TIMEOUT_S, one process" "FORGE_DIST_TIMEOUT_S: expe
   env FORGE_DIST_TIMEOUT_S=abc "$FORGE" train --config good.json --out-dir refused
 [ ! -e refused ] || fail "a refused run left its folder behind"
 
+# Values a config must bound: threads (the CLI's --threads stops at 4096; 100000 crashed) and
+# n_layer (10^7 exhausted memory before the memory plan could refuse it).
+make_config threads.json good.json train.threads=100000 out_dir='"refused"'
+expect_error "config: too many threads" "threads\.json: field 'train\.threads': expected an integer from 0 to 4096" \
+  "$FORGE" train --config threads.json
+make_config layers.json good.json model.n_layer=10000000 out_dir='"refused"'
+expect_error "config: too many layers" "layers\.json: field 'model\.n_layer': expected an integer from 1 to 65536" \
+  "$FORGE" train --config layers.json
+long=$(printf 'd%.0s' $(seq 200))
+expect_error "an output folder whose checkpoints' paths are too long" "its checkpoints' paths would be [0-9]+ characters" \
+  "$FORGE" train --config good.json --out-dir "refused/$(printf "$long/%.0s" $(seq 21))"
+expect_error "--init of a folder" "run: expected a safetensors file, found a folder" \
+  "$FORGE" train --config good.json --init run --out-dir refused
+make_config heads.json good.json model.n_head=2 out_dir='"refused"'
+expect_error "resume with another model" "checkpoint was made for another model: model\.n_head 4 \(now 2\)" \
+  "$FORGE" train --config heads.json --resume run
+mkdir -p started && echo '{"step": 1, "loss": 5.0}' > started/metrics.jsonl
+expect_error "resume of a run with no checkpoint yet" "started: a run folder with no checkpoint yet" \
+  "$FORGE" train --config good.json --resume started
+[ ! -e refused ] || fail "a refused run left its folder behind"
+# Output that cannot be written is an error (it exited 0).
+if [ -w /dev/full ]; then
+  expect_error "eval into a full disk" "cannot write the output" \
+    sh -c '"$0" eval --checkpoint run --json > /dev/full' "$FORGE"
+fi
+# Heads wider than fast's attention takes (torch-cpu trains them): eval, sample and export work,
+# on torch-cpu's kernels.
+make_config wide_heads.json good.json model.n_embd=512 model.n_head=1 numerics='"torch-cpu"' out_dir='"wide"'
+"$FORGE" train --config wide_heads.json --quiet >/dev/null
+"$FORGE" eval --checkpoint wide >/dev/null
+"$FORGE" export --checkpoint wide --hf wide_hf >/dev/null
+"$FORGE" sample --checkpoint wide --tokens 4 >/dev/null
+echo "ok: a model of 512-wide heads evaluates, samples and exports"
+
 expect_no_partial_files "$WORK"
 echo "ok: no partial files"

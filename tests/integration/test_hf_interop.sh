@@ -41,3 +41,14 @@ echo "ok: forge export --hf loads in transformers with forge's results"
 [ -s hf-made/model.safetensors ] || fail "transformers wrote no model.safetensors"
 forge_side hf-made made
 echo "ok: a model saved by transformers loads in forge with transformers' results"
+
+# transformers' GPT-2 switches that change what its attention computes are refused by name
+# (they were ignored: the folder evaluated, to another model's logits).
+refuse_field() {  # FIELD VALUE
+  rm -rf hf-odd && cp -r hf-export hf-odd
+  "$VPY" -c "import json, sys; p = 'hf-odd/config.json'; c = json.load(open(p)); c[sys.argv[1]] = json.loads(sys.argv[2]); json.dump(c, open(p, 'w'))" "$1" "$2"
+  expect_error "HF config $1 $2" "hf-odd/config\.json: field '$1': expected" \
+    "$FORGE" eval --checkpoint hf-odd --data "$WORK/data/val.bin"
+}
+refuse_field scale_attn_weights false
+refuse_field scale_attn_by_inverse_layer_idx true

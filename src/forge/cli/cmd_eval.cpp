@@ -55,6 +55,8 @@ void register_eval(CLI::App& app) {
     LoadedModel lm = load_trained_model(o->checkpoint, o->config, 0, 0);
     const Config& c = lm.config;
     const std::string data = o->data.empty() ? c.data.val : o->data;
+    if (data.empty() && lm.hf)
+      fail("{}: a Hugging Face model names no data: give --data SHARD", o->checkpoint);
     if (data.empty()) fail("{}: field 'data.val' is empty and no --data was given", c.path);
     const int batches = o->batches > 0 ? o->batches : c.train.eval_batches;
     if (batches < 1)

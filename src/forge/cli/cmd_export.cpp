@@ -27,7 +27,7 @@ void register_export(CLI::App& app) {
     LoadedModel lm = load_trained_model(o->checkpoint, o->config, 1, 1);
     // Before the folder is made, so an unexportable family leaves nothing behind.
     const nlohmann::json hf = hf_config_json(lm.config.model);
-    ensure_writable_dir(o->hf_dir);
+    const OutputFolder out(o->hf_dir);  // removed again, if it was made, when writing fails
     save_params(o->hf_dir + "/model.safetensors", lm.model->layout(), lm.model->params());
     write_text_atomic(o->hf_dir + "/config.json", hf.dump(2) + "\n");
     fmt::print("exported {} -> {}/config.json, {}/model.safetensors\n", o->checkpoint, o->hf_dir,

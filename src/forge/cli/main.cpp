@@ -1,8 +1,12 @@
 // forge: train decoder-only language models, proven against PyTorch.
 #include <fmt/format.h>
+#include <unistd.h>
 
 #include <CLI/CLI.hpp>
+#include <cerrno>
+#include <csignal>
 #include <cstdio>
+#include <cstring>
 #include <exception>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -37,9 +41,22 @@ void check_command_words(CLI::App& app, int argc, char** argv) {
   }
 }
 
+// Token shards and checkpoints are memory-mapped: a file truncated or rewritten in place while
+// mapped makes the next read of a page past its new end a SIGBUS, which ended the process with
+// no word. (data prepare and checkpoints replace files by rename, which mapped readers never
+// see.) The handler can only write a fixed line and leave.
+extern "C" void on_bus_error(int) {
+  static const char line[] =
+      "forge: error: a memory-mapped file (a token shard or checkpoint) was truncated or "
+      "rewritten in place while in use; replace such files by rename instead\n";
+  [[maybe_unused]] const ssize_t n = ::write(2, line, sizeof(line) - 1);
+  ::_exit(1);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
+  std::signal(SIGBUS, on_bus_error);
   CLI::App app{
       "forge: a C++ training engine for decoder-only language models, proven against PyTorch"};
   app.require_subcommand(1);
@@ -72,6 +89,11 @@ int main(int argc, char** argv) {
     return 1;
   } catch (const std::exception& e) {
     fmt::print(stderr, "forge: error: {}\n", e.what());
+    return 1;
+  }
+  // Output that did not arrive (a full disk behind a redirection) is an error, not a success.
+  if (std::fflush(stdout) != 0 || std::ferror(stdout)) {
+    fmt::print(stderr, "forge: error: cannot write the output: {}\n", std::strerror(errno));
     return 1;
   }
   return 0;

@@ -111,7 +111,8 @@ class Section {
   }
 
   // min_value is the smallest accepted value; its wording goes into the error.
-  void read_int(const std::string& name, int& dst, long long min_value, const char* expected) {
+  void read_int(const std::string& name, int& dst, long long min_value, const char* expected,
+                long long max_value = std::numeric_limits<int>::max()) {
     const json* v = find(name);
     if (!v) return;
     if (!v->is_number_integer())
@@ -120,7 +121,7 @@ class Section {
         v->get<uint64_t>() > static_cast<uint64_t>(std::numeric_limits<int>::max()))
       bad(name, expected, *v);
     long long x = v->get<long long>();
-    if (x < min_value || x > std::numeric_limits<int>::max()) bad(name, expected, *v);
+    if (x < min_value || x > max_value) bad(name, expected, *v);
     dst = static_cast<int>(x);
   }
 
@@ -193,7 +194,9 @@ void parse_model(const json& j, const std::string& where, ModelConfig& m) {
   s.read_string("family", m.family, {"gpt2", "llama"});
   s.read_int("vocab_size", m.vocab_size, 1, kPositive);
   s.read_int("padded_vocab_size", m.padded_vocab_size, 0, kNonNegative);
-  s.read_int("n_layer", m.n_layer, 1, kPositive);
+  // Bounded before anything is planned per layer (a layer's bookkeeping alone took 2 KB, so
+  // n_layer 10^7 exhausted memory before the memory plan could refuse it).
+  s.read_int("n_layer", m.n_layer, 1, "an integer from 1 to 65536", 65536);
   s.read_int("n_head", m.n_head, 1, kPositive);
   s.read_int("n_kv_head", m.n_kv_head, 0, kNonNegative);
   s.read_int("n_embd", m.n_embd, 1, kPositive);
@@ -225,7 +228,7 @@ void parse_train(const json& j, const std::string& where, TrainConfig& t) {
   s.read_double("grad_clip", t.grad_clip, non_negative,
                 "a non-negative number (0 disables clipping)");
   s.read_u64("seed", t.seed);
-  s.read_int("threads", t.threads, 0, "a non-negative integer (0 = all cores)");
+  s.read_int("threads", t.threads, 0, "an integer from 0 to 4096 (0 = all cores)", 4096);
   s.read_int("eval_interval", t.eval_interval, 0, kNonNegative);
   s.read_int("eval_batches", t.eval_batches, 0, kNonNegative);
   s.read_int("checkpoint_interval", t.checkpoint_interval, 0, kNonNegative);

@@ -141,6 +141,11 @@ void gpt2_from_hf(const HfFields& f, ModelConfig& m) {
   f.expect("activation_function", "gelu_new", "forge's GPT-2 MLP is tanh-GELU");
   f.expect("n_inner", 4 * m.n_embd, "forge's GPT-2 MLP is 4*n_embd wide");
   f.expect("tie_word_embeddings", true, "forge's GPT-2 ties the LM head to wte");
+  // Two switches of transformers' GPT-2 attention that change what it computes: scores not
+  // divided by sqrt(head_dim), or also by the layer's index.
+  f.expect("scale_attn_weights", true, "forge's GPT-2 scales the scores by 1/sqrt(head_dim)");
+  f.expect("scale_attn_by_inverse_layer_idx", false,
+           "forge's GPT-2 does not scale the scores by the layer index");
   if (m.n_embd % m.n_head != 0)
     f.bad("n_embd", "a multiple of n_head (" + std::to_string(m.n_head) + ")", m.n_embd);
 }

@@ -102,6 +102,10 @@ int block_of(const std::string& name) {
 
 void load_params(const std::string& path, const ParamLayout& layout, float* params,
                  const std::string& prefix) {
+  std::error_code ec;
+  if (fs::is_directory(path, ec))
+    fail("{}: expected a safetensors file, found a folder (a checkpoint's is {}/model.safetensors)",
+         path, path);
   SafetensorsFile f(path);
   read_into(f, layout, params, prefix);
   // Every tensor the layout names was found with its shape; a file of more blocks than the
@@ -255,6 +259,13 @@ TrainState read_checkpoint_state(const std::string& path) {
   const fs::path d(dir);
   if (!fs::is_directory(d)) fail("{}: not a checkpoint directory", dir);
   const std::string state_path = (d / "state.json").string();
+  std::error_code ec;
+  if (!fs::exists(state_path, ec)) {
+    // A run folder killed before its first checkpoint: say so, rather than "no state.json".
+    if (fs::exists(d / "metrics.jsonl", ec) || fs::is_directory(d / "checkpoints", ec))
+      fail("{}: a run folder with no checkpoint yet (no checkpoints/latest)", dir);
+    fail("{}: not a checkpoint (no state.json) nor a run folder", dir);
+  }
   nlohmann::json j;
   try {
     j = nlohmann::json::parse(read_text_file(state_path));

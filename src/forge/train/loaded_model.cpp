@@ -7,6 +7,7 @@
 #include "forge/core/threads.h"
 #include "forge/io/atomic_file.h"
 #include "forge/io/hf_config.h"
+#include "forge/kernels/attention.h"
 #include "forge/train/checkpoint.h"
 
 namespace fs = std::filesystem;
@@ -23,6 +24,7 @@ LoadedModel load_trained_model(const std::string& path, const std::string& confi
              fs::exists(checkpoint + "/config.json")) {
     // A folder written by transformers' save_pretrained or `forge export --hf`.
     lm.config = load_hf_config(checkpoint + "/config.json");
+    lm.hf = true;
   } else if (fs::is_directory(checkpoint)) {
     // state.json as --resume reads it: its format and version checked.
     lm.config = parse_config(read_checkpoint_state(checkpoint).config, checkpoint + "/state.json");
@@ -35,7 +37,9 @@ LoadedModel load_trained_model(const std::string& path, const std::string& confi
   if (B <= 0) B = lm.config.train.batch_size;
   if (T <= 0) T = lm.config.train.seq_len;
   T = std::min(T, lm.config.model.block_size);
-  lm.numerics = make_numerics(numerics);
+  const bool too_wide =
+      numerics == "fast" && lm.config.model.head_dim() > kernels::cpu::kMaxHeadDim;
+  lm.numerics = make_numerics(too_wide ? "torch-cpu" : numerics);
   set_subnormals_flushed(lm.numerics->flushes_subnormals());
   lm.model = make_model(lm.config.model, B, T, *lm.numerics);
   load_params(model_file_of(checkpoint), lm.model->layout(), lm.model->params());

@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <chrono>
+#include <climits>
 #include <cmath>
 #include <csignal>
 #include <cstdio>
@@ -117,12 +118,15 @@ class StopSignals {
 void check_resume_compatible(const Config& cfg, const nlohmann::json& saved, const std::string& dir,
                              int saved_world, int world) {
   Config old = parse_config(saved, dir + "/state.json");
-  const ModelConfig &a = cfg.model, &b = old.model;
-  if (config_to_json(cfg)["model"] != config_to_json(old)["model"])
-    fail(
-        "{}: checkpoint was made for another model (n_layer {} vs {}, n_embd {} vs {}, vocab {} "
-        "vs {})",
-        dir, b.n_layer, a.n_layer, b.n_embd, a.n_embd, b.vocab_size, a.vocab_size);
+  const nlohmann::json now = config_to_json(cfg)["model"], then = config_to_json(old)["model"];
+  if (now != then) {
+    std::vector<std::string> differ;
+    for (auto& [key, value] : then.items())
+      if (now.value(key, nlohmann::json()) != value)
+        differ.push_back(fmt::format("model.{} {} (now {})", key, value.dump(),
+                                     now.value(key, nlohmann::json()).dump()));
+    fail("{}: checkpoint was made for another model: {}", dir, fmt::join(differ, ", "));
+  }
   if (cfg.train.batch_size != old.train.batch_size || cfg.train.seq_len != old.train.seq_len ||
       cfg.train.grad_accum_steps * world != old.train.grad_accum_steps * saved_world)
     fail(
@@ -306,7 +310,20 @@ TrainResult run_training(const TrainOptions& opt) {
   if (state.step >= last_step)
     fail("--resume: {} is at step {}, and the run ends at step {} ({}): nothing left to train",
          opt.resume, state.step, last_step,
-         last_step < tc.steps ? "--stop-after" : fmt::format("train.steps of {}", cfg.path));
+         last_step < tc.steps ? "--stop-after"
+         : opt.steps >= 0     ? "--steps"
+                              : fmt::format("train.steps of {}", cfg.path));
+
+  // The longest path a checkpoint write makes (its temporary files), checked now rather than
+  // at the first checkpoint, after the training it would then lose.
+  const std::string longest_path =
+      fmt::format("{}/checkpoints/step_{:06d}.tmp/optimizer.safetensors.tmp.{}", cfg.out_dir,
+                  last_step, std::numeric_limits<pid_t>::max());
+  if (longest_path.size() >= PATH_MAX)
+    fail(
+        "{}...: its checkpoints' paths would be {} characters, the system takes fewer than {}; "
+        "choose a shorter --out-dir",
+        cfg.out_dir.substr(0, 60), longest_path.size(), PATH_MAX);
 
   // One writer per run folder (io/folder_lock.h), taken before the folder is read for an
   // earlier run or a killed writer's leftovers: a live writer's are not leftovers.
