@@ -521,9 +521,17 @@ def plot(rep, path):
 
 def _write_text(path, text):
     tmp = f"{path}.tmp.{os.getpid()}"
-    with open(tmp, "w", encoding="utf-8") as f:
-        f.write(text)
-    os.replace(tmp, path)
+    try:
+        with open(tmp, "w", encoding="utf-8") as f:
+            f.write(text)
+        os.replace(tmp, path)
+    except OSError as e:
+        # A full disk: no half-written temporary left, and the error names the file.
+        try:
+            os.remove(tmp)
+        except OSError:
+            pass
+        raise RefError(f"{path}: cannot write: {e.strerror or e}") from e
 
 
 def _json_safe(o):
@@ -602,8 +610,14 @@ def _worst(records):
 
 
 if __name__ == "__main__":
+    # Exit 0: the gate passed, 1: it failed; anything else is the comparer's own failure, which
+    # verify must not read as a verdict (an uncaught exception would exit 1 as well).
     try:
         sys.exit(main())
     except RefError as e:
         print(f"forge_ref.compare: {e}", file=sys.stderr)
         sys.exit(2)
+    except Exception:  # noqa: BLE001 - reported in full, then a status verify tells apart
+        import traceback
+        traceback.print_exc()
+        sys.exit(3)

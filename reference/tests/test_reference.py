@@ -384,6 +384,15 @@ class CompareTest(unittest.TestCase):
         rc, rep, _ = self.run_compare(t, extra=["--exclude", "^grad_norm$"])
         self.assertEqual((rc, len(rep["excluded"]["tensors"])), (0, 2))  # present at step 1, missing at 2
 
+    def test_unwritable_report_is_the_comparers_failure(self):
+        # A report that cannot be written (a full disk, a missing folder) is named, leaves no
+        # temporary file, and is not a verdict: RefError, which the CLI exits 2 on.
+        missing = os.path.join(self.tmp.name, "no-such-folder", "report.json")
+        with self.assertRaises(RefError) as ctx:
+            compare._write_text(missing, "{}")
+        self.assertIn("report.json: cannot write", str(ctx.exception))
+        self.assertEqual(os.listdir(self.tmp.name).count("no-such-folder"), 0)
+
     def test_key_bias_exemption(self):
         # A model without c_attn biases (Llama) has no key slice to leave out: the report
         # must not say one was.

@@ -283,5 +283,27 @@ make_config wide_heads.json good.json model.n_embd=512 model.n_head=1 numerics='
 "$FORGE" sample --checkpoint wide --tokens 4 >/dev/null
 echo "ok: a model of 512-wide heads evaluates, samples and exports"
 
+# SIGTERM to forge verify alone (kill PID) reaches the command it waits for: the reference
+# was left running, orphaned.
+make_config verify_long.json good.json train.steps=400 out_dir='"unused"'
+"$FORGE" verify --gate long-horizon --profile fast --config verify_long.json --source-dir "$SRC" \
+  --out vterm >vterm.log 2>&1 &
+vjob=$!
+waited=0
+until child=$(pgrep -P $vjob); do
+  sleep 0.1
+  waited=$((waited + 1))
+  [ $waited -lt 600 ] || { kill -9 $vjob; fail "verify started no command in 60 s"; }
+done
+kill -TERM $vjob
+set +e
+wait $vjob
+vrc=$?
+set -e
+[ $vrc -eq 143 ] || fail "verify ended with $vrc after SIGTERM, expected 143"
+sleep 0.5
+! kill -0 "$child" 2>/dev/null || { kill -9 "$child"; fail "verify's command $child outlived it"; }
+echo "ok: SIGTERM to verify ends the command it waits for (exit 143)"
+
 expect_no_partial_files "$WORK"
 echo "ok: no partial files"
