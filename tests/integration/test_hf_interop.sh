@@ -52,3 +52,24 @@ refuse_field() {  # FIELD VALUE
 }
 refuse_field scale_attn_weights false
 refuse_field scale_attn_by_inverse_layer_idx true
+
+# Tensors the model does not have are refused by name (they were ignored); transformers'
+# buffers and a tied head equal to the embedding are accepted.
+extra_tensors() {  # FOLDER PYTHON-STATEMENTS (on dict t of the export's tensors)
+  rm -rf "$1" && cp -r hf-export "$1"
+  "$VPY" -c "
+from safetensors.numpy import load_file, save_file
+import numpy as np
+t = load_file('$1/model.safetensors')
+$2
+save_file(t, '$1/model.safetensors', metadata={'format': 'pt'})"
+}
+extra_tensors hf-buffers "t['lm_head.weight'] = t['transformer.wte.weight'].copy(); t['transformer.h.0.attn.bias'] = np.ones((1, 1, 4, 4), np.float32)"
+"$FORGE" eval --checkpoint hf-buffers --data data/val.bin --batches 1 >/dev/null
+echo "ok: a tied head equal to wte and a causal-mask buffer are accepted"
+extra_tensors hf-untied "t['lm_head.weight'] = t['transformer.wte.weight'] * 2"
+expect_error "an untied head" "hf-untied/model\.safetensors: tensor 'lm_head\.weight' differs from 'transformer\.wte\.weight'" \
+  "$FORGE" eval --checkpoint hf-untied --data data/val.bin
+extra_tensors hf-extra "t['transformer.h.0.mlp.c_gate.weight'] = np.ones((4, 4), np.float32)"
+expect_error "a tensor the model lacks" "hf-extra/model\.safetensors: tensor 'transformer\.h\.0\.mlp\.c_gate\.weight' is not part of this model" \
+  "$FORGE" eval --checkpoint hf-extra --data data/val.bin

@@ -62,8 +62,13 @@ void register_eval(CLI::App& app) {
     if (batches < 1)
       fail("{}: field 'train.eval_batches' is 0 (no validation) and no --batches was given",
            c.path);
+    // A Hugging Face folder's vocabulary is its forge_vocab_size, or else its vocab_size.
+    const std::string vocab_field = !lm.hf ? "model.vocab_size"
+                                    : c.model.vocab_size != c.model.vocab_rows()
+                                        ? "forge_vocab_size"
+                                        : "vocab_size";
     check_shard_vocabulary(DataLoader(data, c.train.batch_size, c.train.seq_len).shard(),
-                           c.model.vocab_size, c.path);
+                           c.model.vocab_size, c.path, vocab_field);
     const double loss =
         o->dump_logits.empty()
             ? evaluate_loss(*lm.model, data, c.train.batch_size, c.train.seq_len, batches)

@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstring>
 #include <filesystem>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -119,6 +120,27 @@ void load_params(const std::string& path, const ParamLayout& layout, float* para
           "{}: tensor '{}' belongs to block {}, but the model has {} blocks (model.n_layer): is "
           "this a checkpoint of this model?",
           path, name, b, blocks);
+  // Any other tensor is a part the model does not have (a Llama projection's bias, an untied
+  // GPT-2 head): loaded without it, the model would compute something else without a word.
+  // Left aside: the buffers transformers saves beside the weights (GPT-2's causal mask, the
+  // rotary frequencies), and a tied GPT-2 head equal to the embedding it is tied to.
+  std::set<std::string> known;
+  for (const auto& p : layout.tensors()) known.insert(prefix + p.name);
+  const std::string wte = prefix + "transformer.wte.weight";
+  for (const std::string& name : f.names()) {
+    if (known.count(name) || name.ends_with(".attn.bias") || name.ends_with(".attn.masked_bias") ||
+        name.ends_with(".rotary_emb.inv_freq"))
+      continue;
+    if (name == prefix + "lm_head.weight" && known.count(wte)) {
+      const TensorInfo &head = f.info(name), &emb = f.info(wte);
+      if (head.dtype == emb.dtype && head.shape == emb.shape &&
+          std::memcmp(f.data(name), f.data(wte), head.nbytes) == 0)
+        continue;
+      fail("{}: tensor '{}' differs from '{}': forge's GPT-2 ties its head to the embedding", path,
+           name, wte);
+    }
+    fail("{}: tensor '{}' is not part of this model: forge implements no such tensor", path, name);
+  }
 }
 
 std::string resolve_checkpoint(const std::string& path) {

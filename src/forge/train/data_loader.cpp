@@ -58,14 +58,14 @@ DataLoader open_config_shard(const Config& cfg, const std::string& field, int ra
 }
 
 void check_shard_vocabulary(const ShardReader& shard, int vocab_size,
-                            const std::string& config_path) {
+                            const std::string& config_path, const std::string& field) {
   if (shard.vocab_size() > static_cast<uint32_t>(vocab_size))
-    fail("{}: field 'model.vocab_size' is {} but {} was made with a vocabulary of {}", config_path,
+    fail("{}: field '{}' is {} but {} was made with a vocabulary of {}", config_path, field,
          vocab_size, shard.path(), shard.vocab_size());
   const size_t i = shard.first_token_at_or_above(static_cast<uint32_t>(vocab_size));
   if (i < shard.size())
-    fail("{}: token {} at index {} is not below field 'model.vocab_size' ({}) of {}", shard.path(),
-         shard[i], i, vocab_size, config_path);
+    fail("{}: token {} at index {} is not below field '{}' ({}) of {}", shard.path(), shard[i], i,
+         field, vocab_size, config_path);
 }
 
 }  // namespace forge

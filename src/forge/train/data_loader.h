@@ -45,7 +45,10 @@ DataLoader open_config_shard(const Config& cfg, const std::string& field, int ra
 // field 'model.vocab_size' it is: one made with a larger vocabulary (its header says so), or
 // one holding a token at or above vocab_size (a headerless file, or a header that lies; read
 // unchecked, such a token would index past the embedding's rows). Reads the whole shard once.
+// field: the config field that gives vocab_size (a Hugging Face config.json's is
+// forge_vocab_size or vocab_size).
 void check_shard_vocabulary(const ShardReader& shard, int vocab_size,
-                            const std::string& config_path);
+                            const std::string& config_path,
+                            const std::string& field = "model.vocab_size");
 
 }  // namespace forge
