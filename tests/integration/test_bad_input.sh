@@ -283,6 +283,15 @@ make_config wide_heads.json good.json model.n_embd=512 model.n_head=1 numerics='
 "$FORGE" sample --checkpoint wide --tokens 4 >/dev/null
 echo "ok: a model of 512-wide heads evaluates, samples and exports"
 
+# An empty path is refused, not read as "not given" (an unset $OUT wrote into the config's
+# out_dir, an empty --resume trained afresh).
+expect_error "empty --out-dir" "--out-dir: expected a path, got an empty value" \
+  "$FORGE" train --config good.json --out-dir ""
+expect_error "empty --resume" "--resume: expected a path, got an empty value" \
+  "$FORGE" train --config good.json --resume ""
+expect_error "empty --init" "--init: expected a path, got an empty value" \
+  "$FORGE" train --config good.json --init ""
+
 # SIGTERM to forge verify alone (kill PID) reaches the command it waits for: the reference
 # was left running, orphaned.
 make_config verify_long.json good.json train.steps=400 out_dir='"unused"'

@@ -9,7 +9,7 @@ make_config ci.json "$SRC/configs/ci.json" data.train='"data/train.bin"' \
   data.val='"data/val.bin"' out_dir='"run"'
 
 "$FORGE" bench --config ci.json --profiles fast,bf16 --reference torch --modes eager \
-  --steps 5 --warmup 1 --breakdown --json report.json --md report.md >table.md 2>err.txt ||
+  --steps 5 --warmup 2 --breakdown --json report.json --md report.md >table.md 2>err.txt ||
   { cat err.txt >&2; fail "forge bench failed"; }
 
 "$SRC/.venv/bin/python" - <<'PYEOF' || fail "report.json is not what issue 5 asks for"
@@ -24,7 +24,7 @@ need(r["peak_fp32_flops"] > 1e9, "peak_fp32_flops measured")
 need(len(r["peak_fp32_readings"]) == 4 and max(r["peak_fp32_readings"]) == r["peak_fp32_flops"],
      "peak_fp32_readings: two per engine run, the highest the run's peak")
 need(r["flops_per_token"] > 0, "flops_per_token")
-need(r["threads"] == 2 and r["steps"] == 5 and r["warmup"] == 1, "the run's settings")
+need(r["threads"] == 2 and r["steps"] == 5 and r["warmup"] == 2, "the run's settings")
 # What each profile ran on must follow from this CPU: bf16 dot products only where the CPU
 # has avx512_bf16 (and FORGE_BF16_NATIVE does not switch them off).
 import os
@@ -90,7 +90,7 @@ echo "ok: $(head -n 1 report.md)"
 
 # With rounds, the breakdown averages the rounds' per-step figures: still one step's GEMM
 # operations.
-"$FORGE" bench --config ci.json --profiles fast --reference none --steps 5 --warmup 1 --rounds 2 \
+"$FORGE" bench --config ci.json --profiles fast --reference none --steps 5 --warmup 2 --rounds 2 \
   --breakdown --json rounds.json >/dev/null 2>err.txt || { cat err.txt >&2; fail "forge bench failed"; }
 "$SRC/.venv/bin/python" - <<'PYEOF' || fail "the breakdown over 2 rounds is not per step"
 import json, sys
@@ -108,7 +108,7 @@ PYEOF
 BUGS="$(dirname "$FORGE")/forge_testbugs"
 [ -x "$BUGS" ] || fail "$BUGS not found: build the forge_testbugs target (CMakeLists.txt)"
 FORGE_TEST_BUG=slow-peak "$BUGS" bench --config ci.json --profiles fast --reference none \
-  --steps 5 --warmup 1 >drift.md 2>err.txt || { cat err.txt >&2; fail "forge bench failed"; }
+  --steps 5 --warmup 2 >drift.md 2>err.txt || { cat err.txt >&2; fail "forge bench failed"; }
 grep -q "The machine's speed did not hold during this run" drift.md ||
   fail "a run whose peak readings fell by half is not called out"
 grep -q "the highest of 2 readings, the lowest" drift.md || fail "the peak readings are not given"
@@ -146,3 +146,17 @@ rows=$(grep -cE "$row" mm.md)
 echo "ok: torch_matmul_rates.py, $rows rows"
 expect_error "matmul rates, missing config" "nope\.json" \
   "$SRC/.venv/bin/python" "$SRC/bench/torch_matmul_rates.py" --config nope.json
+
+# A name given twice ran twice and kept one run's figures: refused.
+expect_error "a profile given twice" "--profiles: 'fast' is given twice in 'fast,bf16,fast'" \
+  "$FORGE" bench --config ci.json --profiles fast,bf16,fast
+expect_error "a mode given twice" "--modes: 'eager' is given twice" \
+  "$FORGE" bench --config ci.json --modes eager,eager
+expect_error "one warm-up step" "--warmup: expected an integer from 2 to 100, got 1" \
+  "$FORGE" bench --config ci.json --warmup 1
+# The engine alone needs no checkout: a forge copied elsewhere benches with --reference none.
+mkdir -p elsewhere && cp "$FORGE" elsewhere/forge
+elsewhere/forge bench --config ci.json --profiles fast --reference none --steps 5 \
+  >elsewhere.md 2>elsewhere.err || { cat elsewhere.err >&2; fail "a forge outside its checkout could not bench the engine alone"; }
+grep -q "^| fast | forge fast |" elsewhere.md || fail "the engine-only bench printed no row"
+echo "ok: the engine alone benches outside the checkout"

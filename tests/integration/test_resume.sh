@@ -156,3 +156,34 @@ grep -q "^note: replaced the earlier run in straight (checkpoint step_000020 and
   fail "--overwrite left the earlier run's checkpoints: $(ls straight/checkpoints | tr '\n' ' ')"
 [ "$(grep -c '"loss"' straight/metrics.jsonl)" -eq 10 ] || fail "--overwrite kept earlier metrics"
 echo "ok: a new run over an earlier one is refused, and --overwrite replaces it"
+
+# --overwrite removes only what a run wrote: a folder of the user's own in checkpoints/ (named
+# step_..., not a checkpoint) stays. A resume into another run's folder (--out-dir) is refused.
+mkdir -p straight/checkpoints/step_notes && echo keep >straight/checkpoints/step_notes/todo.txt
+"$FORGE" train --config short.json --out-dir straight --overwrite --quiet >/dev/null
+[ "$(cat straight/checkpoints/step_notes/todo.txt)" = keep ] || fail "--overwrite removed a user's folder"
+expect_error "a resume into another run's folder" \
+  "straight: holds another run \(checkpoint step_000010 and metrics\.jsonl\); resume split/checkpoints/step_000010 in its own run folder" \
+  "$FORGE" train --config cfg.json --resume split/checkpoints/step_000010 --out-dir straight
+echo "ok: --overwrite keeps a user's folder; a resume into another run's folder is refused"
+
+# A signal during start-up ends the run before its first step, in a line, with the signal's
+# status, and leaves no metrics.jsonl (the folder does not read as an earlier run's):
+# forge_testbugs (CMakeLists.txt) pauses 3 s in its start-up, its handlers in place.
+BUGS="$(dirname "$FORGE")/forge_testbugs"
+[ -x "$BUGS" ] || fail "$BUGS not found: build the forge_testbugs target (CMakeLists.txt)"
+FORGE_TEST_BUG=pause-at-start-up "$BUGS" train --config long.json --out-dir early >early.out 2>&1 &
+job=$!
+sleep 1
+kill -INT $job
+set +e
+wait $job
+rc=$?
+set -e
+[ $rc -eq 130 ] || { cat early.out >&2; fail "a signal at start-up: exit $rc, expected 130"; }
+grep -q "^stopped by Interrupt before the first step: nothing trained" early.out ||
+  { cat early.out >&2; fail "a signal at start-up: no line saying nothing was trained"; }
+[ ! -e early/metrics.jsonl ] || fail "a run stopped before its first step left metrics.jsonl"
+"$FORGE" train --config short.json --out-dir early --quiet >/dev/null ||
+  fail "a new run into the folder of one stopped at start-up was refused"
+echo "ok: a signal at start-up ends the run before its first step (exit 130), nothing left in the way"

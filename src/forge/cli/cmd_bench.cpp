@@ -33,7 +33,7 @@ namespace {
 struct BenchOptions {
   std::string config, profiles = "fast", reference = "torch", modes = "eager,compile";
   std::string json_out, md_out, python, engine_only;
-  int warmup = 2, steps = 5, rounds = 1, threads = 0;
+  int warmup = 2, steps = 5, rounds = 1, threads = -1;  // threads -1: the config's
   bool breakdown = false;
 };
 
@@ -47,15 +47,26 @@ std::vector<std::string> split_names(const std::string& s, const char* option) {
   if (!s.empty() && s.back() == ',') out.push_back("");
   if (out.empty() || std::find(out.begin(), out.end(), "") != out.end())
     fail("{}: expected comma-separated names, none of them empty, got '{}'", option, s);
+  // A name given twice ran twice, and one run's figures were dropped without a word.
+  for (size_t i = 0; i < out.size(); ++i)
+    if (std::find(out.begin(), out.begin() + static_cast<long>(i), out[i]) !=
+        out.begin() + static_cast<long>(i))
+      fail("{}: '{}' is given twice in '{}'", option, out[i], s);
   return out;
 }
 
-// The repository root: build/forge lives one level below it.
+// The checkout whose reference/ runs PyTorch's side (and whose .venv is the default Python):
+// found above the binary (build/forge lives one level below it), else above the current folder,
+// as forge verify finds it. Only a run with a reference needs it.
 fs::path repo_root() {
   const fs::path exe = fs::read_symlink("/proc/self/exe");
-  for (fs::path p = exe.parent_path(); !p.empty() && p != p.root_path(); p = p.parent_path())
-    if (fs::exists(p / "reference" / "forge_ref")) return p;
-  fail("forge bench: cannot find the repository (reference/forge_ref) above {}", exe.string());
+  for (const fs::path& start : {exe.parent_path(), fs::current_path()})
+    for (fs::path p = start; !p.empty() && p != p.root_path(); p = p.parent_path())
+      if (fs::exists(p / "reference" / "forge_ref")) return p;
+  fail(
+      "forge bench: cannot find the checkout holding reference/forge_ref (PyTorch's side) above "
+      "{} or the current folder; run forge from its checkout, or use --reference none",
+      exe.string());
 }
 
 // Runs a command, returns the last line of its stdout parsed as JSON.
@@ -126,7 +137,7 @@ std::string cpu_model() {
 int engine_only(const BenchOptions& o) {
   Config cfg = load_config(o.config);
   validate_config(cfg);
-  const int nthreads = set_thread_count(o.threads > 0 ? o.threads : cfg.train.threads);
+  const int nthreads = set_thread_count(o.threads >= 0 ? o.threads : cfg.train.threads);
   // The peak is measured here, in the child, rather than by the parent: a parent that had run
   // an OpenMP team keeps its threads, and under OMP_WAIT_POLICY=active they spin on the
   // cores the children need (every side measured 2.5x slower).
@@ -164,9 +175,8 @@ void run_bench(const BenchOptions& o) {
   }
   Config cfg = load_config(o.config);
   validate_config(cfg);
-  const int threads = o.threads > 0 ? o.threads : (cfg.train.threads > 0 ? cfg.train.threads : 0);
-  const int nthreads = set_thread_count(threads);
-  const fs::path root = repo_root();
+  const int nthreads = set_thread_count(o.threads >= 0 ? o.threads : cfg.train.threads);
+  const fs::path root = o.reference == "none" ? fs::path() : repo_root();
   const std::string python = o.python.empty() ? (root / ".venv/bin/python").string() : o.python;
   const std::string self = fs::read_symlink("/proc/self/exe").string();
   // Refused here, before minutes of runs: a name only a child would reject, and an output
@@ -193,8 +203,8 @@ void run_bench(const BenchOptions& o) {
   // noise), and the spread of the readings says whether the machine's speed held.
   Peak peak;
   std::vector<double> fp32_readings;
-  std::string env =
-      fmt::format("OMP_NUM_THREADS={} PYTHONPATH={}/reference", nthreads, root.string());
+  std::string env = fmt::format("OMP_NUM_THREADS={}", nthreads);
+  if (!root.empty()) env += fmt::format(" PYTHONPATH={}/reference", root.string());
   for (const auto& [name, value] : torch_malloc_tuning()) env += fmt::format(" {}={}", name, value);
   const std::string common = fmt::format("--config {} --warmup {} --steps {} --threads {}",
                                          o.config, o.warmup, o.steps, nthreads);
@@ -331,10 +341,16 @@ void run_bench(const BenchOptions& o) {
       fp32_mfu = std::max(fp32_mfu, describe(engine[prof])["mfu"].get<double>());
       for (auto& [mode, s] : refs[prof])
         fp32_mfu = std::max(fp32_mfu, describe(s)["mfu"].get<double>());
+      // and the breakdown's GEMM rates, against the same peak
+      if (o.breakdown)
+        for (auto& [op, flops] : breakdown_flops[prof].items())
+          if (const double secs = breakdown[prof].value(op, 0.0); secs > 0)
+            fp32_mfu = std::max(fp32_mfu, flops.get<double>() / secs / peak.fp32_flops);
     }
   if (fp32_mfu > 1.0)
     md += fmt::format(
-        "\nAn fp32 side's MFU is {:.1f}%, above the fp32 peak: the peak readings ({:.1f} GFLOP/s "
+        "\nAn fp32 side's MFU (or an op's GEMM rate) is {:.1f}% of the fp32 peak, above it: the "
+        "peak readings ({:.1f} GFLOP/s "
         "at most) were taken while something else held the cores, so the MFU column (and the "
         "breakdown's share of the peak) is not this machine's; the sides' times and ratios are "
         "measured as ever.\n",
@@ -381,20 +397,23 @@ void run_bench(const BenchOptions& o) {
 void register_bench(CLI::App& app) {
   auto o = std::make_shared<BenchOptions>();
   auto* cmd = app.add_subcommand("bench", "tokens/s and MFU, engine beside PyTorch, in one run");
-  cmd->add_option("--config", o->config, "config JSON")->required();
+  cmd->add_option("--config", o->config, "config JSON")->check(non_empty_path())->required();
   cmd->add_option("--profiles", o->profiles, "comma-separated numerics profiles (fast,bf16)");
   cmd->add_option("--reference", o->reference, "torch | none");
   cmd->add_option("--modes", o->modes, "reference modes: eager,compile");
-  cmd->add_option("--warmup", o->warmup, "warm-up steps per measurement")
-      ->check(integer_in(1, 100));
+  cmd->add_option("--warmup", o->warmup,
+                  "warm-up steps per measurement (BENCHMARKS.md: at least 2)")
+      ->check(integer_in(2, 100));
   cmd->add_option("--steps", o->steps, "timed steps per measurement (median taken)")
       ->check(integer_in(5, 1000));
   cmd->add_option("--rounds", o->rounds, "interleaved rounds")->check(integer_in(1, 100));
-  cmd->add_option("--threads", o->threads, "threads for both sides (default: the config's)")
+  cmd->add_option("--threads", o->threads,
+                  "threads for both sides (0: all cores; default: the config's)")
       ->check(integer_in(0, 4096));
-  cmd->add_option("--json", o->json_out, "write the report as JSON");
-  cmd->add_option("--md", o->md_out, "write the Markdown table");
-  cmd->add_option("--python", o->python, "reference interpreter (default .venv/bin/python)");
+  cmd->add_option("--json", o->json_out, "write the report as JSON")->check(non_empty_path());
+  cmd->add_option("--md", o->md_out, "write the Markdown table")->check(non_empty_path());
+  cmd->add_option("--python", o->python, "reference interpreter (default .venv/bin/python)")
+      ->check(non_empty_path());
   cmd->add_flag("--breakdown", o->breakdown, "per-op time of the engine's step");
   cmd->add_option("--engine-only", o->engine_only, "(internal) time one engine profile, print JSON")
       ->group("");

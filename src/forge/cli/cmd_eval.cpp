@@ -37,9 +37,12 @@ void register_eval(CLI::App& app) {
   cmd->add_option("--checkpoint", o->checkpoint,
                   "checkpoint directory, a run's OUT/checkpoints/latest or OUT, or a model "
                   ".safetensors with --config")
+      ->check(non_empty_path())
       ->required();
-  cmd->add_option("--config", o->config, "config JSON (default: the checkpoint's own)");
-  cmd->add_option("--data", o->data, "token shard to evaluate on (default: the config's data.val)");
+  cmd->add_option("--config", o->config, "config JSON (default: the checkpoint's own)")
+      ->check(non_empty_path());
+  cmd->add_option("--data", o->data, "token shard to evaluate on (default: the config's data.val)")
+      ->check(non_empty_path());
   cmd->add_option("--batches", o->batches,
                   "micro-batches to evaluate (default: train.eval_batches)")
       ->check(integer_in(1, 1 << 20));
@@ -47,7 +50,8 @@ void register_eval(CLI::App& app) {
       ->check(integer_in(0, 4096));
   cmd->add_flag("--json", o->json, "print one JSON object instead of text");
   cmd->add_option("--dump-logits", o->dump_logits,
-                  "also write tokens, targets and logits of the evaluated batches (safetensors)");
+                  "also write tokens, targets and logits of the evaluated batches (safetensors)")
+      ->check(non_empty_path());
   cmd->callback([o] {
     // Checked before the evaluation, not after it.
     if (!o->dump_logits.empty()) check_writable_file(o->dump_logits, "--dump-logits");
@@ -97,8 +101,10 @@ void register_sample(CLI::App& app) {
       app.add_subcommand("sample", "generate text from a checkpoint, streamed as it is made");
   cmd->add_option("--checkpoint", o->checkpoint,
                   "checkpoint directory, or a run's OUT/checkpoints/latest or OUT")
+      ->check(non_empty_path())
       ->required();
-  cmd->add_option("--config", o->config, "config JSON (default: the checkpoint's own)");
+  cmd->add_option("--config", o->config, "config JSON (default: the checkpoint's own)")
+      ->check(non_empty_path());
   cmd->add_option("--prompt", o->prompt, "text to continue");
   cmd->add_option("--tokens", o->s.max_new_tokens, "tokens to generate")->check(positive_integer());
   cmd->add_option("--temperature", o->s.temperature, "softmax temperature (0 = greedy)")
@@ -107,7 +113,8 @@ void register_sample(CLI::App& app) {
       ->check(non_negative_integer());
   cmd->add_option("--seed", o->s.seed, "random seed");
   cmd->add_option("--tokenizer", o->tokenizer, "bytes | gpt2 (default: from the vocabulary size)");
-  cmd->add_option("--vocab-dir", o->vocab_dir, "folder with encoder.json and vocab.bpe (gpt2)");
+  cmd->add_option("--vocab-dir", o->vocab_dir, "folder with encoder.json and vocab.bpe (gpt2)")
+      ->check(non_empty_path());
   cmd->add_option("--threads", o->threads, "threads (default: all cores)")
       ->check(integer_in(0, 4096));
   cmd->add_flag("!--no-kv-cache", o->s.kv_cache, "recompute the whole window for every token");

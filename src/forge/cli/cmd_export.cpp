@@ -3,6 +3,7 @@
 #include <nlohmann/json.hpp>
 
 #include "forge/cli/commands.h"
+#include "forge/cli/validators.h"
 #include "forge/core/error.h"
 #include "forge/io/atomic_file.h"
 #include "forge/io/hf_config.h"
@@ -19,8 +20,10 @@ void register_export(CLI::App& app) {
   auto* cmd = app.add_subcommand("export", "write a checkpoint in another framework's format");
   cmd->add_option("--checkpoint", o->checkpoint,
                   "checkpoint directory, or a run's OUT/checkpoints/latest or OUT")
+      ->check(non_empty_path())
       ->required();
-  cmd->add_option("--config", o->config, "config JSON (default: the checkpoint's own)");
+  cmd->add_option("--config", o->config, "config JSON (default: the checkpoint's own)")
+      ->check(non_empty_path());
   cmd->add_option("--hf", o->hf_dir, "folder for transformers' from_pretrained")->required();
   cmd->callback([o] {
     if (o->hf_dir.empty()) fail("--hf: expected the folder to write, got an empty path");

@@ -17,11 +17,15 @@ void register_train(CLI::App& app) {
   auto* cmd = app.add_subcommand("train", "train a model from a JSON config");
   auto opt = std::make_shared<TrainOptions>();
   auto act_steps = std::make_shared<std::string>();
-  cmd->add_option("--config", opt->config_path, "config JSON (see configs/)")->required();
+  cmd->add_option("--config", opt->config_path, "config JSON (see configs/)")
+      ->check(non_empty_path())
+      ->required();
   auto* resume = cmd->add_option("--resume", opt->resume,
                                  "checkpoint directory to continue from, bit for bit (or a run's "
-                                 "OUT/checkpoints/latest, or OUT: the checkpoint it names)");
+                                 "OUT/checkpoints/latest, or OUT: the checkpoint it names)")
+                     ->check(non_empty_path());
   cmd->add_option("--init", opt->init, "safetensors file with the initial parameters (HF names)")
+      ->check(non_empty_path())
       ->excludes(resume);
   cmd->add_option("--numerics", opt->numerics,
                   fmt::format("numerics profile: {} (default: the config's; with --resume, the "
@@ -29,7 +33,8 @@ void register_train(CLI::App& app) {
                               fmt::join(numerics_profiles(), " | ")))
       ->check(CLI::IsMember(numerics_profiles()));
   auto* dump =
-      cmd->add_option("--dump", opt->dump_dir, "write equivalence dumps into this directory");
+      cmd->add_option("--dump", opt->dump_dir, "write equivalence dumps into this directory")
+          ->check(non_empty_path());
   cmd->add_option("--dump-level", opt->dump_level,
                   "1: loss, grads, params per step; 2: + activations")
       ->check(integer_in(1, 2))
@@ -42,7 +47,7 @@ void register_train(CLI::App& app) {
          "--stop-after", opt->stop_after,
          "stop at step N (counted from the run's start, as a resumed run counts) with a checkpoint")
       ->check(positive_integer());
-  cmd->add_option("--out-dir", opt->out_dir, "override out_dir");
+  cmd->add_option("--out-dir", opt->out_dir, "override out_dir")->check(non_empty_path());
   cmd->add_flag("--overwrite", opt->overwrite,
                 "replace an earlier run in the output folder (its checkpoints and metrics); "
                 "without it, such a folder is refused")

@@ -20,16 +20,22 @@ void register_verify(CLI::App& app) {
                   fmt::format("numerics profile: {}", fmt::join(numerics_profiles(), " | ")))
       ->required()
       ->check(CLI::IsMember(numerics_profiles()));
-  cmd->add_option("--config", o->config, "config JSON read by both sides")->required();
-  cmd->add_option("--out", o->out_dir, "report folder (default runs/verify/<gate>-<profile>)");
+  cmd->add_option("--config", o->config, "config JSON read by both sides")
+      ->check(non_empty_path())
+      ->required();
+  cmd->add_option("--out", o->out_dir, "report folder (default runs/verify/<gate>-<profile>)")
+      ->check(non_empty_path());
   cmd->add_option("--steps", o->steps, "override the gate's step count")->check(positive_integer());
-  cmd->add_option("--threads", o->threads, "threads on both sides (default: train.threads)")
+  cmd->add_option("--threads", o->threads,
+                  "threads on both sides (0: all cores; default: train.threads)")
       ->check(integer_in(0, 4096));
   cmd->add_option(
-      "--python", o->python,
-      "reference interpreter (default: .venv/bin/python; /usr/bin/python3 for torch-cpu)");
+         "--python", o->python,
+         "reference interpreter (default: .venv/bin/python; /usr/bin/python3 for torch-cpu)")
+      ->check(non_empty_path());
   cmd->add_option("--source-dir", o->source_dir,
-                  "checkout holding reference/ (default: found above the binary or the cwd)");
+                  "checkout holding reference/ (default: found above the binary or the cwd)")
+      ->check(non_empty_path());
   cmd->add_flag(
       "--calibrate", o->calibrate,
       "alignment, multistep and dp of fast and bf16: also compare a second PyTorch run (torch "

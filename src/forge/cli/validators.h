@@ -1,5 +1,5 @@
-// Number checks for command-line options whose messages say plainly what was expected: CLI11's
-// PositiveNumber and NonNegativeNumber print their ranges' ends as doubles ("Value 0 not in
+// Checks for command-line options (numbers, paths) whose messages say plainly what was expected:
+// CLI11's PositiveNumber and NonNegativeNumber print their ranges' ends as doubles ("Value 0 not in
 // range 0.000000 to 179769313486231570814..."), and let a NaN through.
 #pragma once
 
@@ -46,6 +46,16 @@ inline CLI::Validator non_negative_integer() {
 }
 inline CLI::Validator non_negative_number() {
   return number_check([](double v) { return v >= 0; }, "a number of at least 0", "NUMBER >= 0");
+}
+
+// A path option given an empty value: an unset shell variable (--out-dir "$OUT") read as "not
+// given" wrote into the config's out_dir, and --resume "" trained afresh.
+inline CLI::Validator non_empty_path() {
+  return CLI::Validator(
+      [](std::string& text) -> std::string {
+        return text.empty() ? "expected a path, got an empty value" : std::string();
+      },
+      "PATH");
 }
 
 }  // namespace forge::cli

@@ -5,6 +5,8 @@
 //   adamw-no-bias-correction   AdamW without its bias corrections
 //   slow-peak                  `forge bench`'s engine runs read the fp32 peak after their
 //                              steps at half speed (the warning of a machine that slowed down)
+//   pause-at-start-up          `forge train` waits 3 s in its start-up, its stop signals
+//                              already caught (for the test of a signal before the first step)
 // A normal build compiles them to nothing.
 #pragma once
 

@@ -14,7 +14,8 @@ namespace forge {
 
 FolderLock::FolderLock(const std::string& folder, const std::string& who) {
   const std::string path = folder + "/.forge-train.lock";
-  fd_ = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  // O_NOFOLLOW: a symlink planted there would have had its target overwritten with the pid.
+  fd_ = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0644);
   if (fd_ < 0) fail("{}: cannot open: {}", path, std::strerror(errno));
   if (::flock(fd_, LOCK_EX | LOCK_NB) != 0) {
     const int err = errno;

@@ -18,6 +18,7 @@
 #include "forge/core/env.h"
 #include "forge/core/error.h"
 #include "forge/core/float_buffer.h"
+#include "forge/kernels/attention.h"
 #include "forge/kernels/attention_bf16.h"
 #include "forge/kernels/bf16_gemm.h"
 #include "forge/numerics/profiles.h"
@@ -57,6 +58,14 @@ class Bf16Numerics final : public Numerics {
   bool flushes_subnormals() const override { return fast_->flushes_subnormals(); }
 
   void plan(const StepShape& s) override {
+    // The attention kernels stop at the head width fast's do: refused here, in this profile's
+    // name (fast_->plan below would name `fast`).
+    const int head = s.head_dim > 0 ? s.head_dim : (s.NH > 0 ? s.C / s.NH : 0);
+    if (head > kernels::cpu::kMaxHeadDim)
+      fail(
+          "numerics 'bf16': model head dimension {} is larger than the {} its attention kernel "
+          "supports",
+          head, kernels::cpu::kMaxHeadDim);
     StepShape fast_shape = s;
     fast_shape.linear_shapes.clear();  // the linear layers are this profile's own
     fast_shape.stacked_linear_shapes.clear();

@@ -240,10 +240,14 @@ EarlierRun earlier_run_in(const std::string& out_dir) {
   std::error_code ec;
   run.metrics = fs::exists(fs::path(out_dir) / "metrics.jsonl", ec);
   const fs::path dir = fs::path(out_dir) / "checkpoints";
+  // Only what a run writes counts: step_ and digits, holding a state.json. A user's own folder
+  // there (step_notes, a step_000010_backup copy) is neither listed nor removed.
   if (fs::is_directory(dir, ec))
     for (const auto& e : fs::directory_iterator(dir, ec)) {
       const std::string name = e.path().filename().string();
-      if (e.is_directory(ec) && name.rfind("step_", 0) == 0 && e.path().extension() != ".tmp")
+      const bool step_name = name.size() > 5 && name.rfind("step_", 0) == 0 &&
+                             name.find_first_not_of("0123456789", 5) == std::string::npos;
+      if (step_name && e.is_directory(ec) && fs::exists(e.path() / "state.json", ec))
         run.checkpoints.push_back(name);
     }
   std::sort(run.checkpoints.begin(), run.checkpoints.end());

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 #include <pthread.h>
 #include <signal.h>
+#include <stdio_ext.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -19,6 +20,7 @@
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <set>
+#include <thread>
 #include <vector>
 
 #include "forge/core/error.h"
@@ -77,13 +79,6 @@ class StopSignals {
     ss.ss_sp = stack_.data();
     ss.ss_size = stack_.size();
     sigaltstack(&ss, &old_stack_);
-    sigset_t both;
-    sigemptyset(&both);
-    sigaddset(&both, SIGINT);
-    sigaddset(&both, SIGTERM);
-    const pthread_t main_thread = pthread_self();
-#pragma omp parallel
-    if (!pthread_equal(pthread_self(), main_thread)) pthread_sigmask(SIG_BLOCK, &both, nullptr);
     struct sigaction sa {};
     sa.sa_handler = record_stop_signal;
     sa.sa_flags = SA_RESTART | SA_ONSTACK;  // a write the signal interrupts goes on
@@ -100,6 +95,18 @@ class StopSignals {
   StopSignals(const StopSignals&) = delete;
   StopSignals& operator=(const StopSignals&) = delete;
   int requested() const { return stop_signal; }
+  // The OpenMP team's other threads block the signals, so that only the main thread (with
+  // the stack of its own above) takes them; called once the team has its final size.
+  void route_to_main_thread() const {
+    if (!installed_) return;
+    sigset_t both;
+    sigemptyset(&both);
+    sigaddset(&both, SIGINT);
+    sigaddset(&both, SIGTERM);
+    const pthread_t main_thread = pthread_self();
+#pragma omp parallel
+    if (!pthread_equal(pthread_self(), main_thread)) pthread_sigmask(SIG_BLOCK, &both, nullptr);
+  }
 
  private:
   // Room for the frame with every register state the CPU may save (AMX's tiles are 8 KiB).
@@ -141,12 +148,22 @@ void check_resume_compatible(const Config& cfg, const nlohmann::json& saved, con
 // uninterrupted run would have made, so it is said. Settings that change no bit are left out.
 std::string resume_changes(const Config& cfg, const nlohmann::json& saved, const std::string& dir) {
   const nlohmann::json now = config_to_json(cfg), then = config_to_json(parse_config(saved, dir));
-  static const std::set<std::string> no_bits = {"threads", "log_interval", "eval_interval",
-                                                "eval_batches", "checkpoint_interval"};
+  // grad_accum_steps x ranks is checked equal before (check_resume_compatible): the same data
+  // order, the same sums.
+  static const std::set<std::string> no_bits = {
+      "threads",      "log_interval",        "eval_interval",
+      "eval_batches", "checkpoint_interval", "grad_accum_steps"};
+  // A shard named another way (relative, absolute) is the same shard.
+  auto same = [](const std::string& section, const nlohmann::json& a, const nlohmann::json& b) {
+    if (a == b) return true;
+    if (section != "data" || !a.is_string() || !b.is_string()) return false;
+    std::error_code ec;
+    return std::filesystem::equivalent(a.get<std::string>(), b.get<std::string>(), ec);
+  };
   std::vector<std::string> changes;
   for (const char* section : {"train", "data"})
     for (auto& [key, value] : now[section].items())
-      if (!no_bits.count(key) && then[section].value(key, nlohmann::json()) != value)
+      if (!no_bits.count(key) && !same(section, value, then[section].value(key, nlohmann::json())))
         changes.push_back(fmt::format("{}.{} {} (was {})", section, key, value.dump(),
                                       then[section].value(key, nlohmann::json()).dump()));
   if (changes.empty()) return "";
@@ -213,6 +230,12 @@ TrainResult run_training(const TrainOptions& opt) {
   auto comm = dist::make_communicator();
   const int rank = comm->rank(), world = comm->world();
   const bool lead = rank == 0;
+  // SIGINT / SIGTERM (Ctrl-C, a scheduler's stop), from start-up on: the step in progress
+  // finishes and a checkpoint is written before the run ends; a second signal ends it at once.
+  // Data parallel keeps the default (each rank would stop at its own step, and the checkpoint
+  // is collective).
+  StopSignals stop(world == 1);
+  if (test_bug_active("pause-at-start-up")) std::this_thread::sleep_for(std::chrono::seconds(3));
   struct FailGuard {
     dist::Communicator& c;
     ~FailGuard() {
@@ -332,12 +355,26 @@ TrainResult run_training(const TrainOptions& opt) {
     folder_lock.emplace(cfg.out_dir, "forge train");
   // A new run in a folder that holds an earlier one would mix its checkpoints (and `latest`,
   // until its first checkpoint) with that run's and replace its metrics: refused unless asked.
-  const EarlierRun earlier = saved ? EarlierRun{} : earlier_run_in(cfg.out_dir);
+  // A resume into another folder than its checkpoint's own (--out-dir) must not land on a third
+  // run either: its metrics would be cut back and its checkpoints mixed with this run's.
+  std::error_code same_ec;
+  const std::string own_folder = saved ? run_folder_of(opt.resume) : "";
+  const bool elsewhere =
+      saved && !(!own_folder.empty() && std::filesystem::exists(cfg.out_dir, same_ec) &&
+                 std::filesystem::equivalent(own_folder, cfg.out_dir, same_ec));
+  const EarlierRun earlier = !saved || elsewhere ? earlier_run_in(cfg.out_dir) : EarlierRun{};
+  if (!earlier.empty() && saved)
+    fail(
+        "{}: holds another run ({}); resume {} in its own run folder (leave out --out-dir) or "
+        "into an empty --out-dir",
+        cfg.out_dir, earlier.describe(), opt.resume);
   if (!earlier.empty() && !opt.overwrite)
     fail(
-        "{}: holds an earlier run ({}); continue it with --resume {}, train into another "
-        "--out-dir, or replace it with --overwrite",
-        cfg.out_dir, earlier.describe(), cfg.out_dir);
+        "{}: holds an earlier run ({}); {}train into another --out-dir, or replace it with "
+        "--overwrite",
+        cfg.out_dir, earlier.describe(),
+        earlier.checkpoints.empty() ? ""
+                                    : fmt::format("continue it with --resume {}, ", cfg.out_dir));
 
   // The run folder is made once everything it depends on has been read and checked, so that
   // a refused run leaves no empty folder behind.
@@ -374,9 +411,12 @@ TrainResult run_training(const TrainOptions& opt) {
   std::FILE* metrics = lead ? std::fopen(metrics_path.c_str(), state.step > 0 ? "a" : "w")
                             : std::fopen("/dev/null", "w");
   if (!metrics) fail("{}: cannot write metrics.jsonl", cfg.out_dir);
+  std::fseek(metrics, 0, SEEK_END);  // appending: ftell (write_record) counts from the end
   struct Closer {
     std::FILE* f;
-    ~Closer() { std::fclose(f); }
+    ~Closer() {
+      if (f) std::fclose(f);
+    }
   } closer{metrics};
 
   // DP: rank 0 speaks for all. --quiet drops the per-step lines and the progress bar only: the
@@ -384,10 +424,19 @@ TrainResult run_training(const TrainOptions& opt) {
   const bool talk = lead, step_lines = lead && !opt.quiet;
   // A record that does not reach the disk (a full disk) ends the run in one line: the README
   // promises one per step, and a run that went on would end with a silent gap.
+  // What reached the disk is cut back to the last whole record, so that the file still parses
+  // (a resume drops a torn line too, but a reader of a stopped run should not meet one).
   auto write_record = [&](const nlohmann::json& record) {
+    const long whole = std::ftell(metrics);
     fmt::print(metrics, "{}\n", record.dump());
-    if (std::fflush(metrics) != 0 || std::ferror(metrics))
-      fail("{}: cannot write: {}", metrics_path, std::strerror(errno));
+    if (std::fflush(metrics) != 0 || std::ferror(metrics)) {
+      const int err = errno;
+      __fpurge(metrics);  // what the buffer still holds would be written at the close
+      if (whole >= 0 && lead) {
+        [[maybe_unused]] const int cut = ::truncate(metrics_path.c_str(), whole);
+      }
+      fail("{}: cannot write: {}", metrics_path, std::strerror(err));
+    }
   };
   if (talk)
     fmt::print(
@@ -433,11 +482,13 @@ TrainResult run_training(const TrainOptions& opt) {
     write_record(nlohmann::json{{"step", step}, {"val_loss", val}});
   };
 
-  // SIGINT / SIGTERM (Ctrl-C, a scheduler's stop): the step in progress finishes and a
-  // checkpoint is written before the run ends; a second signal ends it at once. Data parallel
-  // keeps the default (each rank would stop at its own step, and the checkpoint is collective).
-  StopSignals stop(world == 1);
+  stop.route_to_main_thread();  // the team is final now
+  const int64_t start_step = state.step;
   for (int64_t step = state.step; step < last_step; ++step) {
+    if (stop.requested()) {  // arrived during start-up, a validation or a checkpoint
+      result.interrupted_by = stop.requested();
+      break;
+    }
     const auto t0 = Clock::now();
     const bool record = dump && dump->wants_activations(step + 1);
     double loss_sum = 0;
@@ -525,6 +576,19 @@ TrainResult run_training(const TrainOptions& opt) {
   }
   progress.finish();
   if (result.steps_done == 0) result.steps_done = state.step;
+  if (result.interrupted_by && result.steps_done == start_step) {
+    // Stopped before this process took a step: nothing to save. A new run's empty metrics file
+    // goes, so that the folder does not read as an earlier run's.
+    if (lead && !saved) {
+      std::fclose(closer.f);
+      closer.f = nullptr;
+      std::filesystem::remove(metrics_path);
+    }
+    if (talk)
+      fmt::print("stopped by {} before the first step: nothing trained\n",
+                 strsignal(result.interrupted_by));
+    return result;
+  }
   if (result.interrupted_by) {
     // Stopped by a signal: the step in progress was finished; a checkpoint of it (unless the
     // interval just wrote one) lets --resume go on bit for bit. No validation: the user asked
@@ -540,6 +604,8 @@ TrainResult run_training(const TrainOptions& opt) {
   }
   validate(result.steps_done);
   write_checkpoint(result.steps_done);
+  if (talk && stop.requested())  // after the last step: the run completed all the same
+    fmt::print("{} arrived after the last step: the run completed\n", strsignal(stop.requested()));
   result.tokens_per_s = median(step_tps);
   result.mfu = median(step_mfu);
   {

@@ -134,7 +134,10 @@ struct Runner {
     c.stdout_path = c.stderr_path = (logs / log_name).string();
     std::string prefix;
     for (const auto& [k, v] : c.env) prefix += k + "=" + shell_join({v}) + " ";
-    commands += "# " + phase + "\n" + prefix + shell_join(c.argv) + "\n";
+    // commands.sh stops at the first command that fails (set -e); statuses this run accepts
+    // (the comparer's 1, a gate below its rung) go on there too.
+    commands += "# " + phase + "\n" + prefix + shell_join(c.argv) +
+                (ok_up_to > 0 ? fmt::format(" || [ $? -le {} ]", ok_up_to) : "") + "\n";
     phases.begin(phase);
     const int rc = run_command(c);
     if (rc < 0 || rc > ok_up_to) {
@@ -174,6 +177,23 @@ std::string probe_python(const std::string& python, const std::string& modules,
 }
 
 // The split run's two dumps (steps 1..k and k+1..N) seen as one dump, for the comparer.
+// merge_dumps in Python, for commands.sh (argv: A B OUT); copies rather than hard-links.
+constexpr const char* kMergeDumpsPython =
+    "import json, os, shutil, sys\n"
+    "a, b, out = sys.argv[1:]\n"
+    "os.makedirs(out, exist_ok=True)\n"
+    "steps, files = [], {}\n"
+    "for d in (a, b):\n"
+    "    idx = json.load(open(os.path.join(d, 'index.json')))\n"
+    "    for s in idx['steps']:\n"
+    "        name = idx['files'][str(s)]\n"
+    "        shutil.copyfile(os.path.join(d, name), os.path.join(out, name))\n"
+    "        steps.append(s)\n"
+    "        files[str(s)] = name\n"
+    "index = {'format': 'forge-dump', 'version': 1, 'source': 'forge', 'level': 1,\n"
+    "         'steps': steps, 'files': files}\n"
+    "json.dump(index, open(os.path.join(out, 'index.json'), 'w'), indent=1)\n";
+
 void merge_dumps(const fs::path& a, const fs::path& b, const fs::path& out) {
   fs::create_directories(out);
   nlohmann::json steps = nlohmann::json::array(), files = nlohmann::json::object();
@@ -350,6 +370,11 @@ int run_verify(const VerifyOptions& o) {
         o.config, gate);
   if (gate == "resume" && steps < 2)
     fail("--steps: the resume gate needs at least 2 steps, got {}", steps);
+  if (gate == "multistep" && steps < 2)
+    fail(
+        "--steps: the multistep gate compares several steps (activations at the first and the "
+        "last), so it needs at least 2, got {}",
+        steps);
   // The shards both sides read, checked as forge train checks them, before the reference
   // draws anything: a missing shard is named with the user's config, once.
   open_config_shard(cfg, "data.train");
@@ -359,6 +384,7 @@ int run_verify(const VerifyOptions& o) {
   if (threads <= 0) threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
 
   const fs::path src = find_source_dir(o);
+  const std::string working_dir = fs::current_path().string();  // for commands.sh's cd
   Runner r;
   r.self = self_executable();
   r.out =
@@ -426,6 +452,7 @@ int run_verify(const VerifyOptions& o) {
     }
   std::string aten;
   if (const char* v = std::getenv("ATEN_CPU_CAPABILITY"); v && *v) {
+    r.env["ATEN_CPU_CAPABILITY"] = v;  // inherited anyway; named so that commands.sh replays it
     aten = std::string(v) + " (from the environment)";
   } else if (profile == "torch-cpu") {
     // The bit-for-bit profile replicates torch's AVX2 kernels; pin the dispatch to them.
@@ -540,6 +567,11 @@ int run_verify(const VerifyOptions& o) {
           with(engine_base, {"--out-dir", out("split"), "--resume", ckpt, "--dump",
                              out("split-dump-2"), "--dump-level", "1"}));
     merge_dumps(out("split-dump-1"), out("split-dump-2"), out("split-dump"));
+    // The same merge in commands.sh, which has no forge command for it.
+    r.commands += "# the split run's two dumps as one\n" +
+                  shell_join({cmp_python, "-c", kMergeDumpsPython, out("split-dump-1"),
+                              out("split-dump-2"), out("split-dump")}) +
+                  "\n";
     // The resumed run is held against the straight one, which plays the reference's part.
     engine_side = out("split-dump");
     ref_side = out("straight-dump");
@@ -681,8 +713,10 @@ int run_verify(const VerifyOptions& o) {
   c.env = py_env;
   c.stdout_path = (r.logs / "compare.out").string();
   c.stderr_path = (r.logs / "compare.err").string();
-  r.commands +=
-      "# compare\n" + shell_join({"PYTHONPATH=" + pythonpath}) + " " + shell_join(cmp) + "\n";
+  // The script's status is the comparer's verdict (0: the rung reached, 1: not); any other
+  // status is the comparer's own failure and ends the script at once.
+  r.commands += "# compare\nverdict=0\n" + shell_join({"PYTHONPATH=" + pythonpath}) + " " +
+                shell_join(cmp) + " || verdict=$?\n[ $verdict -le 1 ] || exit $verdict\n";
   r.phases.begin("comparing");
   const int rc = run_command(c);
   if (rc != 0 && rc != 1) {
@@ -701,7 +735,10 @@ int run_verify(const VerifyOptions& o) {
                                       calibration_desc, out("calibration.md"));
   }
   write_text_atomic(out("commands.sh"),
-                    "#!/bin/sh\n# what forge verify ran, in order\n" + r.commands);
+                    "#!/bin/sh\n# what forge verify ran, in order, from the folder it ran in (the "
+                    "config's relative paths are read from there); stops at the first command "
+                    "that fails and exits with the gate's verdict (0: its rung reached)\nset -e\n" +
+                        shell_join({"cd", working_dir}) + "\n" + r.commands + "exit $verdict\n");
 
   // The comparer's last line is the verdict; everything before it is the worst tensor.
   const std::string cmp_out = read_file_or_empty(c.stdout_path);
