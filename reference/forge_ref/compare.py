@@ -34,7 +34,7 @@ import sys
 import numpy as np
 
 from . import RefError
-from .safetensors_io import load_numpy
+from .safetensors_io import load_numpy, write_atomically
 
 RUNGS = ["NONE", "CONVERGENT", "TOLERANCE", "BITWISE"]
 RANK = {r: i for i, r in enumerate(RUNGS)}
@@ -520,18 +520,7 @@ def plot(rep, path):
 
 
 def _write_text(path, text):
-    tmp = f"{path}.tmp.{os.getpid()}"
-    try:
-        with open(tmp, "w", encoding="utf-8") as f:
-            f.write(text)
-        os.replace(tmp, path)
-    except OSError as e:
-        # A full disk: no half-written temporary left, and the error names the file.
-        try:
-            os.remove(tmp)
-        except OSError:
-            pass
-        raise RefError(f"{path}: cannot write: {e.strerror or e}") from e
+    write_atomically(path, lambda f: f.write(text), "w", "report")
 
 
 def _json_safe(o):

@@ -116,13 +116,23 @@ def save_file(tensors, path, metadata=None):
     # Pad with spaces so the data starts 8-byte aligned, as the real writer does.
     hbytes += b" " * ((8 - len(hbytes) % 8) % 8)
 
+    def write(f):
+        f.write(struct.pack("<Q", len(hbytes)))
+        f.write(hbytes)
+        for _, _, _, data in entries:
+            f.write(data)
+
+    write_atomically(path, write, "wb", "safetensors file")
+
+
+def write_atomically(path, write, mode, what):
+    """Fills a temporary file beside path with write(f) and renames it over path, so that
+    readers see the old file or the whole new one; on a failure (a full disk) the temporary
+    goes and RefError names the file."""
     tmp = f"{path}.tmp.{os.getpid()}"
     try:
-        with open(tmp, "wb") as f:
-            f.write(struct.pack("<Q", len(hbytes)))
-            f.write(hbytes)
-            for _, _, _, data in entries:
-                f.write(data)
+        with open(tmp, mode, **({} if "b" in mode else {"encoding": "utf-8"})) as f:
+            write(f)
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
@@ -131,7 +141,7 @@ def save_file(tensors, path, metadata=None):
             os.unlink(tmp)
         except OSError:
             pass
-        raise RefError(f"{path}: cannot write safetensors file: {e.strerror}") from None
+        raise RefError(f"{path}: cannot write {what}: {e.strerror or e}") from None
 
 
 def read_header(path):

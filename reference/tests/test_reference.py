@@ -390,7 +390,7 @@ class CompareTest(unittest.TestCase):
         missing = os.path.join(self.tmp.name, "no-such-folder", "report.json")
         with self.assertRaises(RefError) as ctx:
             compare._write_text(missing, "{}")
-        self.assertIn("report.json: cannot write", str(ctx.exception))
+        self.assertIn("report.json: cannot write report", str(ctx.exception))
         self.assertEqual(os.listdir(self.tmp.name).count("no-such-folder"), 0)
 
     def test_key_bias_exemption(self):
