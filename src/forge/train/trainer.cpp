@@ -1,8 +1,6 @@
 #include "forge/train/trainer.h"
 
 #include <fmt/format.h>
-#include <pthread.h>
-#include <signal.h>
 #include <stdio_ext.h>
 #include <unistd.h>
 
@@ -11,7 +9,6 @@
 #include <chrono>
 #include <climits>
 #include <cmath>
-#include <csignal>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
@@ -39,6 +36,7 @@
 #include "forge/train/evaluate.h"
 #include "forge/train/progress.h"
 #include "forge/train/schedule.h"
+#include "forge/train/stop_signals.h"
 
 namespace fs = std::filesystem;
 
@@ -53,70 +51,6 @@ double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
   return v[v.size() / 2];
 }
-
-// The first SIGINT or SIGTERM while a run trains asks it to stop after the step in progress;
-// the handler only records the signal, and puts the default action back so that a second one
-// ends the process at once.
-volatile std::sig_atomic_t stop_signal = 0;
-
-extern "C" void record_stop_signal(int sig) {
-  stop_signal = sig;
-  std::signal(sig, SIG_DFL);
-}
-
-// The handler runs on a stack of its own (SA_ONSTACK): delivered on the thread's stack, the
-// signal frame overwrote what oneDNN's JIT GEMM kernels keep below their stack pointer, and the
-// step in progress corrupted the heap (seen in dnnl_sgemm's free, in about a third of the
-// runs stopped mid-step; never with torch-cpu's GEMMs, nor with the frame moved off the stack).
-// Only the main thread takes the signals: the team's other threads block them.
-class StopSignals {
- public:
-  explicit StopSignals(bool install) : installed_(install) {
-    if (!installed_) return;
-    stop_signal = 0;
-    stack_.resize(kStackBytes);
-    stack_t ss{};
-    ss.ss_sp = stack_.data();
-    ss.ss_size = stack_.size();
-    sigaltstack(&ss, &old_stack_);
-    struct sigaction sa {};
-    sa.sa_handler = record_stop_signal;
-    sa.sa_flags = SA_RESTART | SA_ONSTACK;  // a write the signal interrupts goes on
-    sigemptyset(&sa.sa_mask);
-    sigaction(SIGINT, &sa, &old_int_);
-    sigaction(SIGTERM, &sa, &old_term_);
-  }
-  ~StopSignals() {
-    if (!installed_) return;
-    sigaction(SIGINT, &old_int_, nullptr);
-    sigaction(SIGTERM, &old_term_, nullptr);
-    sigaltstack(&old_stack_, nullptr);
-  }
-  StopSignals(const StopSignals&) = delete;
-  StopSignals& operator=(const StopSignals&) = delete;
-  int requested() const { return stop_signal; }
-  // The OpenMP team's other threads block the signals, so that only the main thread (with
-  // the stack of its own above) takes them; called once the team has its final size.
-  void route_to_main_thread() const {
-    if (!installed_) return;
-    sigset_t both;
-    sigemptyset(&both);
-    sigaddset(&both, SIGINT);
-    sigaddset(&both, SIGTERM);
-    const pthread_t main_thread = pthread_self();
-#pragma omp parallel
-    if (!pthread_equal(pthread_self(), main_thread)) pthread_sigmask(SIG_BLOCK, &both, nullptr);
-  }
-
- private:
-  // Room for the frame with every register state the CPU may save (AMX's tiles are 8 KiB).
-  static constexpr size_t kStackBytes = 256 * 1024;
-  bool installed_;
-  std::vector<char> stack_;
-  stack_t old_stack_{};
-  struct sigaction old_int_ {
-  }, old_term_{};
-};
 
 // The checked invariants of a resumed run: same model and same batch geometry.
 // DP: the global batch is B x T x grad_accum_steps x ranks, so a checkpoint of W ranks with
