@@ -115,3 +115,34 @@ compare("forge export -> transformers", "hf_out", "dump_out", "eval_engine.json"
 compare("transformers save_pretrained -> forge", "hf_in", "dump_in", "eval_hf_in.json")
 sys.exit(1 if failures else 0)
 PYEOF
+
+# A folder saved in bf16 (as most published Llama checkpoints are) loads, its weights widened to
+# fp32 exactly: forge's validation loss equals transformers' on the same weights in fp32.
+"$VPY" - <<'PYEOF'
+import torch
+from transformers import LlamaForCausalLM
+LlamaForCausalLM.from_pretrained("hf_in", local_files_only=True).to(torch.bfloat16).save_pretrained(
+    "hf_bf16", safe_serialization=True)
+PYEOF
+"$FORGE" eval --checkpoint hf_bf16 --data data/val.bin --batches 4 --json > eval_hf_bf16.json
+"$VPY" - <<'PYEOF' || fail "eval of a bf16 folder differs from transformers' on its weights in fp32"
+import json, sys
+import torch
+from transformers import LlamaForCausalLM
+from forge_ref.shards import Loader, Shard
+hf = LlamaForCausalLM.from_pretrained("hf_bf16", local_files_only=True, torch_dtype=torch.float32,
+                                      attn_implementation="eager").eval()
+# forge's vocabulary: the rows before the padding (forge_vocab_size, kept by transformers)
+V = json.load(open("hf_bf16/config.json")).get("forge_vocab_size", hf.config.vocab_size)
+T = hf.config.max_position_embeddings
+val, total = Loader(Shard("data/val.bin"), 1, T, V), 0.0
+with torch.no_grad():
+    for _ in range(4):
+        x, y = val.next()
+        logits = hf(input_ids=x).logits[..., :V]
+        total += torch.nn.functional.cross_entropy(logits.reshape(-1, V), y.reshape(-1)).item()
+ref, eng = total / 4, json.load(open("eval_hf_bf16.json"))["val_loss"]
+print(f"bf16 folder: engine {eng:.7f}, transformers in fp32 {ref:.7f}")
+sys.exit(0 if abs(eng - ref) <= 1e-5 * abs(ref) else 1)
+PYEOF
+echo "ok: a Llama folder saved in bf16 evaluates as transformers does on its weights in fp32"

@@ -426,10 +426,49 @@ TEST(IoSafetensors, ReadF32ChecksDtypeAndShapeAndNamesThem) {
   EXPECT_NE(msg.find(path), std::string::npos);
   EXPECT_NE(msg.find("'w'"), std::string::npos);
   EXPECT_NE(msg.find("expected shape [3, 2], found [2, 3]"), std::string::npos) << msg;
-  EXPECT_NE(
-      error_of([&] { f.read_f32("i", {2}, out.data()); }).find("expected dtype F32, found I32"),
-      std::string::npos);
+  EXPECT_NE(error_of([&] {
+              f.read_f32("i", {2}, out.data());
+            }).find("expected dtype F32 (or BF16, F16, which widen exactly), found I32"),
+            std::string::npos);
   EXPECT_NE(error_of([&] { f.info("nope"); }).find("'nope'"), std::string::npos);
+}
+
+// Half-width weights widen to fp32 exactly: every bf16 and f16 value, specials included
+// (checked against a float64 decoding of the bits, for all 65536 patterns of each).
+TEST(IoSafetensors, ReadF32WidensBf16AndF16Exactly) {
+  TempDir dir;
+  const std::string path = dir / "h.safetensors";
+  std::vector<uint16_t> all(65536);
+  for (size_t i = 0; i < all.size(); ++i) all[i] = static_cast<uint16_t>(i);
+  forge::SafetensorsWriter w;
+  w.add("b", forge::DType::BF16, {256, 256}, all.data());
+  w.add("h", forge::DType::F16, {65536}, all.data());
+  w.write(path);
+  forge::SafetensorsFile f(path);
+  std::vector<float> b(65536), h(65536);
+  f.read_f32("b", {256, 256}, b.data());
+  f.read_f32("h", {65536}, h.data());
+  for (uint32_t i = 0; i < 65536; ++i) {
+    const uint32_t bits = i << 16;
+    float want_b = 0;
+    std::memcpy(&want_b, &bits, 4);
+    if (std::isnan(want_b)) {
+      EXPECT_TRUE(std::isnan(b[i])) << i;
+    } else {
+      EXPECT_EQ(b[i], want_b) << i;
+    }
+    // f16 decoded in double: (-1)^s 2^(e-15) (1 + f/1024), subnormals 2^-14 (f/1024).
+    const int e = (i >> 10) & 0x1f, frac = i & 0x3ff;
+    const double sign = (i & 0x8000) ? -1.0 : 1.0;
+    if (e == 0x1f) {
+      EXPECT_TRUE(frac ? std::isnan(h[i]) : std::isinf(h[i]) && (h[i] < 0) == (sign < 0)) << i;
+    } else {
+      const double want = e == 0 ? sign * std::ldexp(frac / 1024.0, -14)
+                                 : sign * std::ldexp(1.0 + frac / 1024.0, e - 15);
+      EXPECT_EQ(static_cast<double>(h[i]), want) << i;
+      EXPECT_EQ(std::signbit(h[i]), sign < 0) << i;
+    }
+  }
 }
 
 TEST(IoSafetensors, WriterRejectsDuplicateAndReservedNames) {

@@ -8,6 +8,8 @@
 #include <algorithm>
 #include <bit>
 #include <cerrno>
+#include <cmath>
+#include <cstdint>
 #include <cstring>
 #include <nlohmann/json.hpp>
 
@@ -20,6 +22,24 @@ static_assert(std::endian::native == std::endian::little,
               "safetensors data is little-endian; forge assumes a little-endian host");
 
 namespace {
+
+// bf16 is fp32's upper half.
+float bf16_to_float(uint16_t h) { return std::bit_cast<float>(static_cast<uint32_t>(h) << 16); }
+
+// IEEE half: 1 sign, 5 exponent (bias 15), 10 fraction bits; every value is an fp32 exactly.
+float f16_to_float(uint16_t h) {
+  const uint32_t sign = static_cast<uint32_t>(h & 0x8000u) << 16;
+  const int exponent = (h >> 10) & 0x1f;
+  const uint32_t fraction = h & 0x3ffu;
+  if (exponent == 0x1f)  // inf, NaN (payload kept)
+    return std::bit_cast<float>(sign | 0x7f800000u | (fraction << 13));
+  if (exponent == 0) {  // zero, subnormal: fraction x 2^-24
+    const float magnitude = std::ldexp(static_cast<float>(fraction), -24);
+    return sign ? -magnitude : magnitude;
+  }
+  return std::bit_cast<float>(sign | static_cast<uint32_t>(exponent - 15 + 127) << 23 |
+                              fraction << 13);
+}
 
 using nlohmann::json;
 
@@ -228,13 +248,25 @@ const void* SafetensorsFile::data(const std::string& name) const {
 void SafetensorsFile::read_f32(const std::string& name, const std::vector<int64_t>& shape,
                                float* dst) const {
   const TensorInfo& ti = info(name);
-  if (ti.dtype != DType::F32)
-    fail("{}: tensor '{}': expected dtype F32, found {}", path_, name, dtype_name(ti.dtype));
+  if (ti.dtype != DType::F32 && ti.dtype != DType::BF16 && ti.dtype != DType::F16)
+    fail("{}: tensor '{}': expected dtype F32 (or BF16, F16, which widen exactly), found {}", path_,
+         name, dtype_name(ti.dtype));
   if (ti.shape != shape)
     fail("{}: tensor '{}': expected shape {}, found {}", path_, name, shape_str(shape),
          shape_str(ti.shape));
-  // The data section need not be 4-byte aligned in files from other writers, so copy bytes.
-  if (ti.nbytes) std::memcpy(dst, data(name), ti.nbytes);
+  // The data section need not be aligned in files from other writers, so copy bytes.
+  if (ti.dtype == DType::F32) {
+    if (ti.nbytes) std::memcpy(dst, data(name), ti.nbytes);
+    return;
+  }
+  // Half-width weights (most published Llama checkpoints are BF16) become fp32 exactly.
+  const auto* src = static_cast<const unsigned char*>(data(name));
+  const int64_t n = ti.numel();
+  for (int64_t i = 0; i < n; ++i) {
+    uint16_t h = 0;
+    std::memcpy(&h, src + 2 * i, 2);
+    dst[i] = ti.dtype == DType::BF16 ? bf16_to_float(h) : f16_to_float(h);
+  }
 }
 
 void SafetensorsWriter::add(const std::string& name, DType dtype, std::vector<int64_t> shape,
