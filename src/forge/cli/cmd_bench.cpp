@@ -23,6 +23,7 @@
 #include "forge/io/atomic_file.h"
 #include "forge/numerics/numerics.h"
 #include "forge/train/bench.h"
+#include "forge/verify/verify.h"
 
 namespace fs = std::filesystem;
 
@@ -55,18 +56,16 @@ std::vector<std::string> split_names(const std::string& s, const char* option) {
   return out;
 }
 
-// The checkout whose reference/ runs PyTorch's side (and whose .venv is the default Python):
-// found above the binary (build/forge lives one level below it), else above the current folder,
-// as forge verify finds it. Only a run with a reference needs it.
+// The checkout whose reference/ runs PyTorch's side (and whose .venv is the default Python),
+// found as forge verify finds it. Only a run with a reference needs it.
 fs::path repo_root() {
-  const fs::path exe = fs::read_symlink("/proc/self/exe");
-  for (const fs::path& start : {exe.parent_path(), fs::current_path()})
-    for (fs::path p = start; !p.empty() && p != p.root_path(); p = p.parent_path())
-      if (fs::exists(p / "reference" / "forge_ref")) return p;
-  fail(
-      "forge bench: cannot find the checkout holding reference/forge_ref (PyTorch's side) above "
-      "{} or the current folder; run forge from its checkout, or use --reference none",
-      exe.string());
+  const fs::path root = verify::find_reference_checkout("");
+  if (root.empty())
+    fail(
+        "forge bench: cannot find the checkout holding reference/forge_ref (PyTorch's side) "
+        "above {} or the current folder; run forge from its checkout, or use --reference none",
+        fs::read_symlink("/proc/self/exe").string());
+  return root;
 }
 
 // Runs a command, returns the last line of its stdout parsed as JSON.

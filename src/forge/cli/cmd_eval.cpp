@@ -71,13 +71,12 @@ void register_eval(CLI::App& app) {
                                     : c.model.vocab_size != c.model.vocab_rows()
                                         ? "forge_vocab_size"
                                         : "vocab_size";
-    check_shard_vocabulary(DataLoader(data, c.train.batch_size, c.train.seq_len).shard(),
-                           c.model.vocab_size, c.path, vocab_field);
-    const double loss =
-        o->dump_logits.empty()
-            ? evaluate_loss(*lm.model, data, c.train.batch_size, c.train.seq_len, batches)
-            : verify::dump_logits(*lm.model, data, c.train.batch_size, c.train.seq_len, batches,
-                                  o->dump_logits);
+    // Opened once: checked against the vocabulary, then evaluated.
+    DataLoader shard(data, c.train.batch_size, c.train.seq_len);
+    check_shard_vocabulary(shard.shard(), c.model.vocab_size, c.path, vocab_field);
+    const double loss = o->dump_logits.empty()
+                            ? evaluate_loss(*lm.model, shard, batches)
+                            : verify::dump_logits(*lm.model, shard, batches, o->dump_logits);
     if (o->json)
       fmt::print("{}\n", nlohmann::json{{"val_loss", loss},
                                         {"perplexity", std::exp(loss)},

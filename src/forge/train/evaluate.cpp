@@ -10,11 +10,6 @@
 
 namespace forge {
 
-double evaluate_loss(Model& model, const std::string& shard_path, int B, int T, int batches) {
-  DataLoader val(shard_path, B, T);
-  return evaluate_loss(model, val, batches);
-}
-
 double evaluate_loss(Model& model, DataLoader& val, int batches) {
   if (batches < 1) fail("evaluate: expected at least one micro-batch, got {}", batches);
   const int B = val.batch(), T = val.seq_len();

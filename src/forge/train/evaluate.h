@@ -11,12 +11,11 @@
 
 namespace forge {
 
-// Mean of the mean cross-entropies of `batches` (>= 1) micro-batches read from the start of
-// the shard with the training stream's rule (docs/formats.md): past its end the cursor wraps to
-// the start, as the reference's does, so a shard of fewer batches is read again.
-double evaluate_loss(Model& model, const std::string& shard_path, int B, int T, int batches);
-// The same on a shard already open (a training run opens and checks its validation shard once,
-// at start-up, and keeps it): read from its start whatever its cursor was.
+// Mean of the mean cross-entropies of `batches` (>= 1) micro-batches of val's B x T read from
+// the start of the shard, whatever its cursor was, with the training stream's rule
+// (docs/formats.md): past its end the cursor wraps to the start, as the reference's does, so a
+// shard of fewer batches is read again. (A training run opens and checks its validation shard
+// once, at start-up, and keeps it.)
 double evaluate_loss(Model& model, DataLoader& val, int batches);
 
 struct SampleOptions {

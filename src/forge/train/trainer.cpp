@@ -22,6 +22,7 @@
 
 #include "forge/core/error.h"
 #include "forge/core/peak.h"
+#include "forge/core/stop_signals.h"
 #include "forge/core/test_bugs.h"
 #include "forge/core/threads.h"
 #include "forge/dist/communicator.h"
@@ -36,7 +37,6 @@
 #include "forge/train/evaluate.h"
 #include "forge/train/progress.h"
 #include "forge/train/schedule.h"
-#include "forge/train/stop_signals.h"
 
 namespace fs = std::filesystem;
 
@@ -52,22 +52,35 @@ double median(std::vector<double> v) {
   return v[v.size() / 2];
 }
 
-// The checked invariants of a resumed run: same model and same batch geometry.
-// DP: the global batch is B x T x grad_accum_steps x ranks, so a checkpoint of W ranks with
-// A accumulation steps resumes on W' ranks with A' steps when A*W == A'*W' (the data order
-// is the same; docs/formats.md).
-void check_resume_compatible(const Config& cfg, const nlohmann::json& saved, const std::string& dir,
-                             int saved_world, int world) {
-  Config old = parse_config(saved, dir + "/state.json");
-  const nlohmann::json now = config_to_json(cfg)["model"], then = config_to_json(old)["model"];
-  if (now != then) {
-    std::vector<std::string> differ;
-    for (auto& [key, value] : then.items())
-      if (now.value(key, nlohmann::json()) != value)
-        differ.push_back(fmt::format("model.{} {} (now {})", key, value.dump(),
-                                     now.value(key, nlohmann::json()).dump()));
-    fail("{}: checkpoint was made for another model: {}", dir, fmt::join(differ, ", "));
+// The fields of a config section whose values differ between two configs' JSON, a and b:
+// "section.key A (word B)" for each, skipping `skip` and values `same` calls equal.
+template <typename Same>
+std::vector<std::string> differing_fields(const nlohmann::json& a, const nlohmann::json& b,
+                                          const std::string& section, const char* word,
+                                          const std::set<std::string>& skip, Same same) {
+  std::vector<std::string> out;
+  for (auto& [key, value] : a[section].items()) {
+    const nlohmann::json other = b[section].value(key, nlohmann::json());
+    if (!skip.count(key) && !same(value, other))
+      out.push_back(
+          fmt::format("{}.{} {} ({} {})", section, key, value.dump(), word, other.dump()));
   }
+  return out;
+}
+
+// A resumed run against its checkpoint's config (`saved`, the state.json of checkpoint dir): the
+// checked invariants (same model, same batch geometry) refused in one line; returns the note on
+// what it trains differently (empty if nothing). DP: the global batch is B x T x grad_accum_steps x
+// ranks, so a checkpoint of W ranks with A accumulation steps resumes on W' ranks with A' steps
+// when A*W == A'*W' (the data order is the same; docs/formats.md).
+std::string check_resume(const Config& cfg, const nlohmann::json& saved, const std::string& dir,
+                         int saved_world, int world) {
+  const Config old = parse_config(saved, dir + "/state.json");
+  const nlohmann::json now = config_to_json(cfg), then = config_to_json(old);
+  const auto equal = [](const nlohmann::json& a, const nlohmann::json& b) { return a == b; };
+  if (now["model"] != then["model"])
+    fail("{}: checkpoint was made for another model: {}", dir,
+         fmt::join(differing_fields(then, now, "model", "now", {}, equal), ", "));
   if (cfg.train.batch_size != old.train.batch_size || cfg.train.seq_len != old.train.seq_len ||
       cfg.train.grad_accum_steps * world != old.train.grad_accum_steps * saved_world)
     fail(
@@ -75,31 +88,23 @@ void check_resume_compatible(const Config& cfg, const nlohmann::json& saved, con
         "ranks; now B={}, T={}, {} x {} ranks); resuming would change the data order",
         dir, old.train.batch_size, old.train.seq_len, old.train.grad_accum_steps, saved_world,
         cfg.train.batch_size, cfg.train.seq_len, cfg.train.grad_accum_steps, world);
-}
 
-// What a resumed run trains differently from its checkpoint's run (the schedule, AdamW's
-// settings, the data): allowed, as a way to change course, but then the run is not the one an
-// uninterrupted run would have made, so it is said. Settings that change no bit are left out.
-std::string resume_changes(const Config& cfg, const nlohmann::json& saved, const std::string& dir) {
-  const nlohmann::json now = config_to_json(cfg), then = config_to_json(parse_config(saved, dir));
-  // grad_accum_steps x ranks is checked equal before (check_resume_compatible): the same data
-  // order, the same sums.
+  // What it trains differently from its checkpoint's run (the schedule, AdamW's settings, the
+  // data) is allowed, as a way to change course, but then the run is not the one an
+  // uninterrupted run would have made, so it is said. Settings that change no bit are left out
+  // (grad_accum_steps x ranks is checked equal above: the same data order, the same sums), and
+  // a shard named another way (relative, absolute) is the same shard.
   static const std::set<std::string> no_bits = {
       "threads",      "log_interval",        "eval_interval",
       "eval_batches", "checkpoint_interval", "grad_accum_steps"};
-  // A shard named another way (relative, absolute) is the same shard.
-  auto same = [](const std::string& section, const nlohmann::json& a, const nlohmann::json& b) {
-    if (a == b) return true;
-    if (section != "data" || !a.is_string() || !b.is_string()) return false;
+  const auto same_file = [](const nlohmann::json& a, const nlohmann::json& b) {
     std::error_code ec;
-    return std::filesystem::equivalent(a.get<std::string>(), b.get<std::string>(), ec);
+    return a == b || (a.is_string() && b.is_string() &&
+                      fs::equivalent(a.get<std::string>(), b.get<std::string>(), ec));
   };
-  std::vector<std::string> changes;
-  for (const char* section : {"train", "data"})
-    for (auto& [key, value] : now[section].items())
-      if (!no_bits.count(key) && !same(section, value, then[section].value(key, nlohmann::json())))
-        changes.push_back(fmt::format("{}.{} {} (was {})", section, key, value.dump(),
-                                      then[section].value(key, nlohmann::json()).dump()));
+  std::vector<std::string> changes = differing_fields(now, then, "train", "was", no_bits, equal);
+  for (std::string& c : differing_fields(now, then, "data", "was", {}, same_file))
+    changes.push_back(std::move(c));
   if (changes.empty()) return "";
   return fmt::format(
       "note: resuming with {} than the checkpoint's run: {}; the steps from here are not those "
@@ -131,6 +136,8 @@ TrainResult run_training(const TrainOptions& opt) {
   // The checkpoint's state.json, read once: its numerics, then its step, cursor and rng.
   const std::optional<TrainState> saved =
       opt.resume.empty() ? std::nullopt : std::optional(read_checkpoint_state(opt.resume));
+  // The run folder OUT the checkpoint sits in (OUT/checkpoints/step_N), or empty.
+  const std::string saved_folder = saved ? run_folder_of(opt.resume) : "";
   if (!opt.numerics.empty()) {
     cfg.numerics = opt.numerics;
   } else if (saved) {
@@ -144,8 +151,8 @@ TrainResult run_training(const TrainOptions& opt) {
   // out_dir, another run's folder, overwrote that run's checkpoints), unless --out-dir says.
   if (!opt.out_dir.empty()) {
     cfg.out_dir = opt.out_dir;
-  } else if (!opt.resume.empty()) {
-    if (std::string run = run_folder_of(opt.resume); !run.empty()) cfg.out_dir = run;
+  } else if (!saved_folder.empty()) {
+    cfg.out_dir = saved_folder;
   }
   validate_config(cfg);
   if (cfg.data.train.empty())
@@ -248,8 +255,7 @@ TrainResult run_training(const TrainOptions& opt) {
     load_checkpoint_tensors(opt.resume, layout, model->params(),
                             zero1 ? full_m.data() : exp_avg.data(),
                             zero1 ? full_v.data() : exp_avg_sq.data());
-    check_resume_compatible(cfg, saved->config, opt.resume, saved->world_size, world);
-    resume_note = resume_changes(cfg, saved->config, opt.resume + "/state.json");
+    resume_note = check_resume(cfg, saved->config, opt.resume, saved->world_size, world);
     if (zero1) dp->load_shard(full_m.data(), full_v.data());
     state.step = saved->step;
     state.data_cursor = saved->data_cursor;
@@ -292,10 +298,9 @@ TrainResult run_training(const TrainOptions& opt) {
   // A resume into another folder than its checkpoint's own (--out-dir) must not land on a third
   // run either: its metrics would be cut back and its checkpoints mixed with this run's.
   std::error_code same_ec;
-  const std::string own_folder = saved ? run_folder_of(opt.resume) : "";
   const bool elsewhere =
-      saved && !(!own_folder.empty() && std::filesystem::exists(cfg.out_dir, same_ec) &&
-                 std::filesystem::equivalent(own_folder, cfg.out_dir, same_ec));
+      saved && !(!saved_folder.empty() && std::filesystem::exists(cfg.out_dir, same_ec) &&
+                 std::filesystem::equivalent(saved_folder, cfg.out_dir, same_ec));
   const EarlierRun earlier = !saved || elsewhere ? earlier_run_in(cfg.out_dir) : EarlierRun{};
   if (!earlier.empty() && saved)
     fail(
@@ -419,7 +424,7 @@ TrainResult run_training(const TrainOptions& opt) {
   stop.route_to_main_thread();  // the team is final now
   const int64_t start_step = state.step;
   for (int64_t step = state.step; step < last_step; ++step) {
-    if (stop.requested()) {  // arrived during start-up, a validation or a checkpoint
+    if (stop.requested()) {  // arrived during a step, start-up, a validation or a checkpoint
       result.interrupted_by = stop.requested();
       break;
     }
@@ -503,10 +508,6 @@ TrainResult run_training(const TrainOptions& opt) {
     if (tc.eval_interval > 0 && (step + 1) % tc.eval_interval == 0 && !at_end) validate(step + 1);
     if (tc.checkpoint_interval > 0 && (step + 1) % tc.checkpoint_interval == 0 && !at_end)
       write_checkpoint(step + 1);
-    if (stop.requested() && !at_end) {
-      result.interrupted_by = stop.requested();
-      break;
-    }
   }
   progress.finish();
   if (result.steps_done == 0) result.steps_done = state.step;
@@ -527,9 +528,7 @@ TrainResult run_training(const TrainOptions& opt) {
     // Stopped by a signal: the step in progress was finished; a checkpoint of it (unless the
     // interval just wrote one) lets --resume go on bit for bit. No validation: the user asked
     // to stop.
-    if (result.checkpoint !=
-        fmt::format("{}/checkpoints/step_{:06d}", cfg.out_dir, result.steps_done))
-      write_checkpoint(result.steps_done);
+    if (state.step != result.steps_done) write_checkpoint(result.steps_done);
     if (talk)
       fmt::print("stopped by {} after step {}: checkpoint {}; continue with --resume {}\n",
                  strsignal(result.interrupted_by), result.steps_done, result.checkpoint,

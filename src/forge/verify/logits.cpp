@@ -10,14 +10,14 @@
 
 namespace forge::verify {
 
-double dump_logits(Model& model, const std::string& shard_path, int B, int T, int batches,
-                   const std::string& out_path) {
+double dump_logits(Model& model, DataLoader& data, int batches, const std::string& out_path) {
   if (batches <= 0) fail("--batches: expected a positive number of micro-batches, got {}", batches);
+  const int B = data.batch(), T = data.seq_len();
   const int64_t V = model.config().vocab_rows();
   const size_t BT = static_cast<size_t>(B) * T;
   // The batches evaluate_loss reads, in its order (wrapping past the shard's end), so that the
   // two report the same mean.
-  DataLoader data(shard_path, B, T);
+  data.reset();
   std::vector<int32_t> tokens(batches * BT), targets(batches * BT);
   std::vector<float> logits(batches * BT * V), losses(batches);
   double sum = 0;
@@ -34,7 +34,7 @@ double dump_logits(Model& model, const std::string& shard_path, int B, int T, in
   w.add_f32("logits", {batches, B, T, V}, logits.data());
   w.add_f32("loss", {batches}, losses.data());
   w.set_metadata("format", "forge-logits");
-  w.set_metadata("shard", shard_path);
+  w.set_metadata("shard", data.shard().path());
   w.write(out_path);
   return sum / batches;
 }

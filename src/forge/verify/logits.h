@@ -5,15 +5,15 @@
 #include <string>
 
 #include "forge/model/model.h"
+#include "forge/train/data_loader.h"
 
 namespace forge::verify {
 
-// Runs `batches` micro-batches of B x T tokens read from the start of shard_path (the
-// validation order of docs/formats.md) and writes out_path (safetensors, atomically):
+// Runs `batches` micro-batches read from the start of `data` (the validation order of
+// docs/formats.md, whatever its cursor was) and writes out_path (safetensors, atomically):
 // "tokens" I32 [batches, B, T], "targets" I32 [batches, B, T], "logits" F32
 // [batches, B, T, Vp], "loss" F32 [batches] (each micro-batch's mean loss). Returns the mean
-// of the losses (what evaluate_loss reports). The model must be planned for B x T.
-double dump_logits(Model& model, const std::string& shard_path, int B, int T, int batches,
-                   const std::string& out_path);
+// of the losses (what evaluate_loss reports). The model must be planned for data's B x T.
+double dump_logits(Model& model, DataLoader& data, int batches, const std::string& out_path);
 
 }  // namespace forge::verify

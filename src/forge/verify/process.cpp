@@ -15,6 +15,7 @@
 #include <fstream>
 
 #include "forge/core/error.h"
+#include "forge/core/stop_signals.h"
 
 extern char** environ;
 
@@ -28,33 +29,6 @@ bool needs_quotes(const std::string& s) {
     if (!(std::isalnum(static_cast<unsigned char>(c)) || std::strchr("_-./=:,@+%", c))) return true;
   return false;
 }
-
-// A SIGINT or SIGTERM sent to verify alone (kill PID, a scheduler) left the command it was
-// waiting for running, orphaned. While it waits, such a signal is passed on to the command,
-// and once the command has ended verify ends by the same signal.
-volatile std::sig_atomic_t pending_signal = 0;
-extern "C" void remember_signal(int sig) { pending_signal = sig; }
-
-class ForwardSignals {
- public:
-  ForwardSignals() {
-    struct sigaction sa {};
-    sa.sa_handler = remember_signal;  // no SA_RESTART: waitpid returns EINTR to pass it on
-    sigemptyset(&sa.sa_mask);
-    sigaction(SIGINT, &sa, &old_int_);
-    sigaction(SIGTERM, &sa, &old_term_);
-  }
-  ~ForwardSignals() {
-    sigaction(SIGINT, &old_int_, nullptr);
-    sigaction(SIGTERM, &old_term_, nullptr);
-  }
-  ForwardSignals(const ForwardSignals&) = delete;
-  ForwardSignals& operator=(const ForwardSignals&) = delete;
-
- private:
-  struct sigaction old_int_ {
-  }, old_term_{};
-};
 
 }  // namespace
 
@@ -99,19 +73,21 @@ int run_command(const Command& cmd) {
   int status = 0;
   int received = 0;
   {
-    pending_signal = 0;
-    const ForwardSignals forward;
+    // A SIGINT or SIGTERM sent to verify alone (kill PID, a scheduler) left the command it was
+    // waiting for running, orphaned. While it waits, such a signal is passed on to the command
+    // (waitpid returns EINTR for it), and once the command has ended verify ends by it.
+    const StopSignals forward(true, /*restart_calls=*/false);
     const int rc = posix_spawn(&pid, file.c_str(), &actions, nullptr, argv.data(), envp.data());
     if (rc != 0) fail("cannot run {}: {}", cmd.argv[0], std::strerror(rc));
     while (true) {
-      if (pending_signal != 0 && received == 0) {
-        received = pending_signal;
+      if (forward.requested() != 0 && received == 0) {
+        received = forward.requested();
         ::kill(pid, received);
       }
       if (waitpid(pid, &status, 0) >= 0) break;
       if (errno != EINTR) fail("waiting for {}: {}", cmd.argv[0], std::strerror(errno));
     }
-    if (received == 0) received = pending_signal;  // arrived as the command ended
+    if (received == 0) received = forward.requested();  // arrived as the command ended
   }
   if (received != 0) std::raise(received);  // the default action, restored above
   if (WIFEXITED(status)) return WEXITSTATUS(status);

@@ -74,12 +74,13 @@ bool has_reference(const fs::path& dir) {
   return fs::exists(dir / "reference/forge_ref/train.py", ec);
 }
 
-// The checkout holding reference/: the binary normally lives in one of its build trees.
-fs::path find_source_dir(const VerifyOptions& o) {
-  if (!o.source_dir.empty()) {
-    if (!has_reference(o.source_dir))
-      fail("--source-dir {}: no reference/forge_ref/train.py there", o.source_dir);
-    return fs::absolute(o.source_dir);
+}  // namespace
+
+fs::path find_reference_checkout(const std::string& source_dir) {
+  if (!source_dir.empty()) {
+    if (!has_reference(source_dir))
+      fail("--source-dir {}: no reference/forge_ref/train.py there", source_dir);
+    return fs::absolute(source_dir);
   }
   if (const char* env = std::getenv("FORGE_SOURCE_DIR"); env && *env) {
     if (!has_reference(env))
@@ -92,10 +93,19 @@ fs::path find_source_dir(const VerifyOptions& o) {
       if (p == p.root_path() || p.empty()) break;
     }
   }
-  fail(
-      "cannot find the PyTorch reference (reference/forge_ref/train.py) above {} or {}; pass "
-      "--source-dir",
-      fs::path(self_executable()).parent_path().string(), fs::current_path().string());
+  return {};
+}
+
+namespace {
+
+fs::path find_source_dir(const VerifyOptions& o) {
+  const fs::path dir = find_reference_checkout(o.source_dir);
+  if (dir.empty())
+    fail(
+        "cannot find the PyTorch reference (reference/forge_ref/train.py) above {} or {}; pass "
+        "--source-dir",
+        fs::path(self_executable()).parent_path().string(), fs::current_path().string());
+  return dir;
 }
 
 std::string last_nonempty_line(const std::string& path) {

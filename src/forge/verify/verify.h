@@ -3,6 +3,7 @@
 // reached, as ../shared/EQUIVALENCE.md specifies for each gate.
 #pragma once
 
+#include <filesystem>
 #include <string>
 
 namespace forge::verify {
@@ -27,5 +28,11 @@ struct VerifyOptions {
 // Runs the gate; prints the report and the final `gate G profile P: RUNG` line on stdout,
 // progress on stderr. Returns 0 only when the gate's required rung is reached.
 int run_verify(const VerifyOptions& options);
+
+// The checkout holding the PyTorch reference (reference/forge_ref): source_dir when given (an
+// error if it has none), else $FORGE_SOURCE_DIR's (likewise), else the first found above the
+// running binary (which normally lives in one of its build trees) or the current folder; empty
+// when none is. `forge verify` and `forge bench` both run the reference from it.
+std::filesystem::path find_reference_checkout(const std::string& source_dir);
 
 }  // namespace forge::verify

@@ -1,5 +1,6 @@
-// How `forge train` stops on SIGINT (Ctrl-C) or SIGTERM (a scheduler's stop): the first signal
-// asks the run to stop after the step in progress (it then writes a checkpoint); a second one
+// SIGINT (Ctrl-C) and SIGTERM (a scheduler's stop) caught as a request rather than an end: the
+// first is recorded for the program to act on (`forge train` stops after the step in progress
+// and writes a checkpoint; `forge verify` passes it to the run it waits for); a second one
 // ends the process at once.
 #pragma once
 
@@ -19,7 +20,9 @@ namespace forge {
 // Only the main thread takes the signals: the team's other threads block them.
 class StopSignals {
  public:
-  explicit StopSignals(bool install);
+  // restart_calls: a system call the signal interrupts goes on (SA_RESTART); without, it
+  // returns EINTR, for a program blocked in one (waitpid) that must act on the signal.
+  explicit StopSignals(bool install, bool restart_calls = true);
   ~StopSignals();
   StopSignals(const StopSignals&) = delete;
   StopSignals& operator=(const StopSignals&) = delete;

@@ -1,4 +1,4 @@
-#include "forge/train/stop_signals.h"
+#include "forge/core/stop_signals.h"
 
 #include <pthread.h>
 
@@ -22,7 +22,7 @@ constexpr size_t kStackBytes = 256 * 1024;
 
 }  // namespace
 
-StopSignals::StopSignals(bool install) : installed_(install) {
+StopSignals::StopSignals(bool install, bool restart_calls) : installed_(install) {
   if (!installed_) return;
   stop_signal = 0;
   stack_.resize(kStackBytes);
@@ -32,7 +32,7 @@ StopSignals::StopSignals(bool install) : installed_(install) {
   sigaltstack(&ss, &old_stack_);
   struct sigaction sa {};
   sa.sa_handler = record_stop_signal;
-  sa.sa_flags = SA_RESTART | SA_ONSTACK;  // a write the signal interrupts goes on
+  sa.sa_flags = SA_ONSTACK | (restart_calls ? SA_RESTART : 0);
   sigemptyset(&sa.sa_mask);
   sigaction(SIGINT, &sa, &old_int_);
   sigaction(SIGTERM, &sa, &old_term_);
