@@ -43,13 +43,19 @@ for prof, dtype in (("fast", "fp32"), ("bf16", "bf16")):
         need(s["tokens_per_s"] > 0, f"{prof} {name}: tokens_per_s")
         need(0 < s["mfu"] < 2, f"{prof} {name}: mfu")
         need(s["peak_rss_bytes"] > 1 << 20, f"{prof} {name}: peak_rss_bytes")
-        need(s["step_ms_min"] <= s["step_ms_median"] <= s["step_ms_max"], f"{prof} {name}: step ms")
+        need(s["step_ms_min"] <= s["step_ms_lower_quartile"] <= s["step_ms_median"] <=
+             s["step_ms_upper_quartile"] <= s["step_ms_max"], f"{prof} {name}: step ms")
     ref_name, ref = next(iter(p["references"].items()))
     need("eager" in ref_name and dtype in ref_name, f"{prof}: reference named {ref_name}")
     ratio = p["engine"]["tokens_per_s"] / ref["tokens_per_s"]
     need(abs(p["ratio_to_fastest_reference"] - ratio) < 1e-9 * ratio, f"{prof}: ratio")
     low, high = p["ratio_interquartile_range"]
     need(0 < low <= ratio <= high, f"{prof}: ratio {ratio} inside its quartile range {low}-{high}")
+    # The range follows from the quartiles the JSON gives: forge's slower against the other's faster.
+    eng = p["engine"]
+    need(abs(low - ref["step_ms_lower_quartile"] / eng["step_ms_upper_quartile"]) < 1e-9 * low and
+         abs(high - ref["step_ms_upper_quartile"] / eng["step_ms_lower_quartile"]) < 1e-9 * high,
+         f"{prof}: ratio range {low}-{high} from the step quartiles")
     # The line under the table must state the range and the verdict that follows from it.
     verdict = ("forge is faster across the quartiles" if low > 1 else
                "forge is slower across the quartiles" if high < 1 else "the quartiles overlap")

@@ -35,6 +35,15 @@ forge_side() {
 for f in config.json model.safetensors; do [ -s "hf-export/$f" ] || fail "export wrote no $f"; done
 forge_side hf-export export
 echo "ok: forge export --hf loads in transformers with forge's results"
+# A byte vocabulary has no end-of-text token: the config names none (not token 255, a byte).
+"$VPY" -c "import json, sys; c = json.load(open('hf-export/config.json'))
+sys.exit(c['bos_token_id'] is not None or c['eos_token_id'] is not None)" ||
+  fail "the export of a byte-level model names a bos/eos token"
+expect_error "gpt2 tokenizer on a byte model" \
+  "--tokenizer gpt2: its 50257 tokens do not fit field 'model\.vocab_size' \(256\)" \
+  "$FORGE" export --checkpoint run/checkpoints/step_000005 --hf hf-gpt2 --tokenizer gpt2
+[ ! -e hf-gpt2 ] || fail "a refused export left its folder"
+echo "ok: the export names the tokenizer's end-of-text token as bos/eos: none for bytes"
 
 # transformers -> forge
 "$VPY" "$TOOL" make-model hf-made

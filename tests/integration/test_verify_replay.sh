@@ -8,12 +8,20 @@ make_config tiny.json "$SRC/configs/tiny.json" data.train='"data/train.bin"' \
   data.val='"data/val.bin"' train.threads=1
 verify_gate resume fast tiny.json BITWISE
 out=$WORK/$(gate_out resume fast tiny.json)
-rm -rf "$out"/straight* "$out"/split* "$out"/report.*
+rm -rf "$out"/straight* "$out"/split*
+report_before=$(sha256sum "$out/report.md" "$out/report.json")
 (cd / && sh "$out/commands.sh" >"$WORK/replay.out" 2>&1) ||
   { cat "$WORK/replay.out" >&2; fail "commands.sh of the resume gate, run from /, failed"; }
 tail -n 1 "$WORK/replay.out" | grep -qx "gate resume profile fast: BITWISE" ||
   { cat "$WORK/replay.out" >&2; fail "the replay did not reach the resume gate's BITWISE"; }
 echo "ok: the resume gate's commands.sh replays from / in a cleared folder: BITWISE"
+# The replay reports beside the run's own reports, which keep verify's Run section.
+[ "$(sha256sum "$out/report.md" "$out/report.json")" = "$report_before" ] ||
+  fail "the replay rewrote verify's report.md / report.json"
+grep -q "^## Run" "$out/report.md" || fail "report.md lost its Run section"
+[ -s "$out/report.replay.md" ] && [ -s "$out/report.replay.json" ] ||
+  fail "the replay wrote no report.replay.md / report.replay.json"
+echo "ok: the replay's report is report.replay.md; verify's report.md is left as it was"
 
 # A replay whose engine cannot run (its shard gone) stops there with the engine's status.
 verify_gate alignment fast tiny.json "TOLERANCE|BITWISE"

@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <csignal>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -12,6 +13,7 @@
 #include "forge/data/prepare.h"
 #include "forge/data/shard.h"
 #include "forge/data/tokenizer.h"
+#include "forge/io/mapped_file.h"
 #include "forge/train/data_loader.h"
 #include "test_util.h"
 
@@ -266,6 +268,44 @@ TEST(DataShard, WriteIntoMissingDirectoryFailsWithoutLeftovers) {
   std::string msg = error_of([&] { w.finish(); });
   EXPECT_NE(msg.find("x.bin"), std::string::npos) << msg;
   EXPECT_TRUE(fs::is_empty(dir.path()));
+}
+
+// A shard truncated in place under a run that has it mapped: the next read of a page past its
+// new end is a SIGBUS, which must end the process with a line naming the file.
+TEST(DataShardDeathTest, TruncatedInPlaceWhileMappedEndsWithTheFilesName) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  TempDir dir;
+  const std::string path = dir / "cut-short.bin";
+  const auto tokens = random_tokens(200000, 50257, 7);  // 400 KB: many pages
+  forge::ShardWriter w(path, 50257);
+  w.append(tokens.data(), tokens.size());
+  w.finish();
+  const std::string other_path = dir / "other.bin";
+  forge::ShardWriter w2(other_path, 50257);
+  w2.append(tokens.data(), tokens.size());
+  w2.finish();
+  // More mappings than the handler's list holds, made and dropped: their slots come back.
+  for (int i = 0; i < 200; ++i) EXPECT_EQ(forge::ShardReader(path).size(), tokens.size());
+  EXPECT_EXIT(
+      {
+        forge::install_mapped_file_bus_handler();
+        forge::ShardReader other(other_path);  // mapped too: the line names the right file
+        forge::ShardReader r(path);
+        if (::truncate(path.c_str(), 4096) != 0) std::_Exit(3);
+        std::vector<int32_t> out(r.size());
+        r.read(0, r.size(), out.data());
+        std::_Exit(0);
+      },
+      ::testing::ExitedWithCode(1),
+      "forge: error: .*cut-short\\.bin: the file was truncated or rewritten in place");
+  // A SIGBUS outside every mapping still ends with a line, a generic one.
+  EXPECT_EXIT(
+      {
+        forge::install_mapped_file_bus_handler();
+        ::raise(SIGBUS);
+        std::_Exit(0);
+      },
+      ::testing::ExitedWithCode(1), "forge: error: bus error \\(SIGBUS\\)");
 }
 
 // ---------------------------------------------------------------- tokenizers

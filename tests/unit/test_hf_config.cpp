@@ -54,8 +54,11 @@ std::string hf_error(const json& j) {
 
 TEST(HfConfig, LlamaRoundTripsThroughTheExport) {
   const forge::ModelConfig m = llama_tiny();
-  const json hf = forge::hf_config_json(m);
+  const json hf = forge::hf_config_json(m, std::nullopt);
   EXPECT_EQ(hf["model_type"], "llama");
+  // A byte vocabulary has no end-of-text token: none named.
+  EXPECT_TRUE(hf["bos_token_id"].is_null());
+  EXPECT_TRUE(hf["eos_token_id"].is_null());
   EXPECT_EQ(hf["tie_word_embeddings"], false);
   const forge::Config c = forge::parse_hf_config(hf, "hf/config.json");
   EXPECT_EQ(c.path, "hf/config.json");
@@ -85,7 +88,11 @@ TEST(HfConfig, Gpt2RoundTripsThroughTheExport) {
   m.n_embd = 48;
   m.block_size = 40;
   m.norm_eps = 1e-5;
-  const forge::Config c = forge::parse_hf_config(forge::hf_config_json(m), "hf/config.json");
+  const json hf = forge::hf_config_json(m, 50256);
+  // GPT-2's <|endoftext|>, not the last of the padded rows nor of the vocabulary by rule.
+  EXPECT_EQ(hf["bos_token_id"], 50256);
+  EXPECT_EQ(hf["eos_token_id"], 50256);
+  const forge::Config c = forge::parse_hf_config(hf, "hf/config.json");
   EXPECT_EQ(c.model.family, "gpt2");
   EXPECT_EQ(c.model.vocab_size, 50257);
   EXPECT_EQ(c.model.vocab_rows(), 50304);
@@ -94,6 +101,11 @@ TEST(HfConfig, Gpt2RoundTripsThroughTheExport) {
   EXPECT_EQ(c.model.n_embd, 48);
   EXPECT_EQ(c.model.block_size, 40);
   EXPECT_EQ(c.train.seq_len, 40);
+  // A tokenizer whose end-of-text token the model cannot produce is refused.
+  EXPECT_NE(error_of([&] {
+              forge::hf_config_json(m, 50257);
+            }).find("end-of-text token 50257 is outside field 'model.vocab_size' (50257)"),
+            std::string::npos);
 }
 
 TEST(HfConfig, ReadsWhatTransformersWrites) {
@@ -175,11 +187,11 @@ TEST(HfConfig, RefusesWhatForgeDoesNotImplementNamingFileAndField) {
             0u)
       << hf_error(odd);
 
-  json gpt2 = forge::hf_config_json(forge::ModelConfig{});
+  json gpt2 = forge::hf_config_json(forge::ModelConfig{}, std::nullopt);
   gpt2["tie_word_embeddings"] = false;
   EXPECT_EQ(hf_error(gpt2).rfind("hf/config.json: field 'tie_word_embeddings': expected true", 0),
             0u);
-  gpt2 = forge::hf_config_json(forge::ModelConfig{});
+  gpt2 = forge::hf_config_json(forge::ModelConfig{}, std::nullopt);
   gpt2["activation_function"] = "relu";
   EXPECT_EQ(
       hf_error(gpt2).rfind("hf/config.json: field 'activation_function': expected \"gelu_new\"", 0),

@@ -159,7 +159,8 @@ int engine_only(const BenchOptions& o) {
                    {"peak_fp32_flops", peak.fp32_flops},
                    {"peak_fp32_readings", {before.fp32_flops, after.fp32_flops}},
                    {"peak_bf16_flops", peak.bf16_flops},
-                   {"arithmetic", t.arithmetic}};
+                   {"arithmetic", t.arithmetic},
+                   {"matmul_dtype", t.matmul_dtype}};
   fmt::print("{}\n", j.dump());
   return 0;
 }
@@ -211,7 +212,8 @@ void run_bench(const BenchOptions& o) {
   std::map<std::string, Side> engine;
   std::map<std::string, std::map<std::string, Side>> refs;
   std::map<std::string, nlohmann::json> breakdown, breakdown_flops;
-  std::map<std::string, std::string> arithmetic;  // per profile, as the engine runs reported it
+  std::map<std::string, std::string> arithmetic;    // per profile, as the engine runs reported it
+  std::map<std::string, std::string> matmul_dtype;  // likewise: "fp32" or "bf16"
   double flops_per_token = 0;
   for (int r = 0; r < o.rounds; ++r) {
     for (const auto& prof : profiles) {
@@ -239,7 +241,8 @@ void run_bench(const BenchOptions& o) {
         add_round(breakdown_flops[prof], j["op_gemm_flops"]);
       }
       arithmetic[prof] = j["arithmetic"];
-      const std::string dtype = prof == "bf16" ? "bf16" : "fp32";
+      matmul_dtype[prof] = j["matmul_dtype"];
+      const std::string dtype = matmul_dtype[prof];  // the peer multiplies in the same type
       for (const auto& mode : modes) {
         fmt::print(stderr, "bench: round {}/{}: torch {} {}\n", r + 1, o.rounds, mode, dtype);
         auto rj = run_json(fmt::format("env {} {} -m forge_ref.bench {} --mode {} --dtype {}", env,
@@ -274,6 +277,8 @@ void run_bench(const BenchOptions& o) {
                           {"mfu", flops_per_token * tps / peak.fp32_flops},
                           {"step_ms_median", 1e3 * s.quartile(2)},
                           {"step_ms_min", 1e3 * s.quartile(0)},
+                          {"step_ms_lower_quartile", 1e3 * s.quartile(1)},
+                          {"step_ms_upper_quartile", 1e3 * s.quartile(3)},
                           {"step_ms_max", 1e3 * s.quartile(4)},
                           {"peak_rss_bytes", s.rss}};
   };
@@ -336,7 +341,7 @@ void run_bench(const BenchOptions& o) {
   // products run on other units, so its MFU (against the fp32 peak) may pass 100%.
   double fp32_mfu = 0;
   for (const auto& prof : profiles)
-    if (prof != "bf16") {
+    if (matmul_dtype[prof] == "fp32") {
       fp32_mfu = std::max(fp32_mfu, describe(engine[prof])["mfu"].get<double>());
       for (auto& [mode, s] : refs[prof])
         fp32_mfu = std::max(fp32_mfu, describe(s)["mfu"].get<double>());

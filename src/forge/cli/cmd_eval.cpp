@@ -18,14 +18,6 @@
 
 namespace forge::cli {
 
-namespace {
-// GPT-2's BPE where the model's vocabulary holds its 50257 tokens; else bytes (a byte-level
-// model, whose vocabulary may be padded past 256). Other tokenizers are named with --tokenizer.
-std::string default_tokenizer(const ModelConfig& m) {
-  return m.vocab_size >= 50257 ? "gpt2" : "bytes";
-}
-}  // namespace
-
 void register_eval(CLI::App& app) {
   struct Opts {
     std::string checkpoint, config, data, dump_logits;
@@ -120,13 +112,8 @@ void register_sample(CLI::App& app) {
   cmd->callback([o] {
     set_thread_count(o->threads);
     LoadedModel lm = load_trained_model(o->checkpoint, o->config, 1, 0);
-    const std::string tok_name =
-        o->tokenizer.empty() ? default_tokenizer(lm.config.model) : o->tokenizer;
-    auto tok = make_tokenizer(tok_name, TokenizerOptions{o->vocab_dir});
-    const int V = lm.config.model.vocab_size;
-    if (tok->vocab_size() > static_cast<uint32_t>(V))
-      fail("--tokenizer {}: its {} tokens do not fit field 'model.vocab_size' ({}) of {}", tok_name,
-           tok->vocab_size(), V, lm.config.path);
+    auto tok = tokenizer_for_model(o->tokenizer, lm.config.model.vocab_size, lm.config.path,
+                                   TokenizerOptions{o->vocab_dir});
     o->s.vocab_limit = static_cast<int>(tok->vocab_size());  // only what it can decode
     std::vector<int32_t> prompt;
     for (uint32_t t : tok->encode_with_special(o->prompt))

@@ -15,6 +15,7 @@
 #include "forge/cli/commands.h"
 #include "forge/core/env.h"
 #include "forge/core/error.h"
+#include "forge/io/mapped_file.h"
 #include "forge/kernels/cpu/dispatch.h"
 
 namespace {
@@ -41,22 +42,10 @@ void check_command_words(CLI::App& app, int argc, char** argv) {
   }
 }
 
-// Token shards and checkpoints are memory-mapped: a file truncated or rewritten in place while
-// mapped makes the next read of a page past its new end a SIGBUS, which ended the process with
-// no word. (data prepare and checkpoints replace files by rename, which mapped readers never
-// see.) The handler can only write a fixed line and leave.
-extern "C" void on_bus_error(int) {
-  static const char line[] =
-      "forge: error: a memory-mapped file (a token shard or checkpoint) was truncated or "
-      "rewritten in place while in use; replace such files by rename instead\n";
-  [[maybe_unused]] const ssize_t n = ::write(2, line, sizeof(line) - 1);
-  ::_exit(1);
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
-  std::signal(SIGBUS, on_bus_error);
+  forge::install_mapped_file_bus_handler();  // a mapped file cut short: a line naming it
   CLI::App app{
       "forge: a C++ training engine for decoder-only language models, proven against PyTorch"};
   app.require_subcommand(1);

@@ -95,120 +95,87 @@ void ShardWriter::finish() {
   });
 }
 
-ShardReader::ShardReader(const std::string& path, ShardFormat format) : path_(path) {
-  int fd = ::open(path.c_str(), O_RDONLY);
-  if (fd < 0) fail("{}: cannot open token shard: {}", path, std::strerror(errno));
-  struct stat st {};
-  if (::fstat(fd, &st) != 0) {
-    int err = errno;
-    ::close(fd);
-    fail("{}: cannot stat: {}", path, std::strerror(err));
+ShardReader::ShardReader(const std::string& path, ShardFormat format)
+    : path_(path), file_(path, "token shard file") {
+  map_ = file_.data();
+  map_size_ = file_.size();
+  const bool forge_magic = map_size_ >= 8 && std::memcmp(map_, kForgeMagic, 8) == 0;
+  const bool llmc_magic = map_size_ >= 4 && load_le<int32_t>(map_) == kLlmcMagic;
+  if (format == ShardFormat::Auto) {
+    if (forge_magic)
+      format = ShardFormat::Forge;
+    else if (llmc_magic)
+      format = ShardFormat::LlmC;
+    else if (map_size_ % 2 == 0)
+      format = ShardFormat::NanoGPT;
+    else
+      fail(
+          "{}: not a token shard: no forge or llm.c magic and an odd size ({} bytes) for raw "
+          "uint16 tokens",
+          path, map_size_);
   }
-  if (!S_ISREG(st.st_mode)) {
-    ::close(fd);
-    fail("{}: expected a token shard file, found {}", path,
-         S_ISDIR(st.st_mode) ? "a folder" : "something that is not a regular file");
-  }
-  map_size_ = static_cast<size_t>(st.st_size);
-  if (map_size_ > 0) {
-    void* p = ::mmap(nullptr, map_size_, PROT_READ, MAP_PRIVATE, fd, 0);
-    int err = errno;
-    if (p == MAP_FAILED) {
-      ::close(fd);
-      fail("{}: cannot mmap: {}", path, std::strerror(err));
-    }
-    map_ = static_cast<const uint8_t*>(p);
-  }
-  ::close(fd);
+  format_ = format;
 
-  try {
-    const bool forge_magic = map_size_ >= 8 && std::memcmp(map_, kForgeMagic, 8) == 0;
-    const bool llmc_magic = map_size_ >= 4 && load_le<int32_t>(map_) == kLlmcMagic;
-    if (format == ShardFormat::Auto) {
-      if (forge_magic)
-        format = ShardFormat::Forge;
-      else if (llmc_magic)
-        format = ShardFormat::LlmC;
-      else if (map_size_ % 2 == 0)
-        format = ShardFormat::NanoGPT;
-      else
-        fail(
-            "{}: not a token shard: no forge or llm.c magic and an odd size ({} bytes) for raw "
-            "uint16 tokens",
-            path, map_size_);
+  size_t header_bytes = 0;
+  uint64_t declared = 0;
+  switch (format) {
+    case ShardFormat::Forge: {
+      if (!forge_magic) fail("{}: not a forge token shard (magic \"FRGTOKS\" missing)", path);
+      if (map_size_ < kForgeHeaderBytes)
+        fail("{}: truncated forge shard: {} bytes, header needs {}", path, map_size_,
+             kForgeHeaderBytes);
+      uint32_t version = load_le<uint32_t>(map_ + 8);
+      if (version != kForgeVersion)
+        fail("{}: forge shard version {} is not supported (expected {})", path, version,
+             kForgeVersion);
+      bytes_per_token_ = load_le<uint32_t>(map_ + 12);
+      if (bytes_per_token_ != 2 && bytes_per_token_ != 4)
+        fail("{}: forge shard: bytes per token must be 2 or 4, got {}", path, bytes_per_token_);
+      declared = load_le<uint64_t>(map_ + 16);
+      uint64_t vocab = load_le<uint64_t>(map_ + 24);
+      if (vocab > UINT32_MAX) fail("{}: forge shard: vocabulary size {} out of range", path, vocab);
+      vocab_size_ = static_cast<uint32_t>(vocab);
+      header_bytes = kForgeHeaderBytes;
+      break;
     }
-    format_ = format;
-
-    size_t header_bytes = 0;
-    uint64_t declared = 0;
-    switch (format) {
-      case ShardFormat::Forge: {
-        if (!forge_magic) fail("{}: not a forge token shard (magic \"FRGTOKS\" missing)", path);
-        if (map_size_ < kForgeHeaderBytes)
-          fail("{}: truncated forge shard: {} bytes, header needs {}", path, map_size_,
-               kForgeHeaderBytes);
-        uint32_t version = load_le<uint32_t>(map_ + 8);
-        if (version != kForgeVersion)
-          fail("{}: forge shard version {} is not supported (expected {})", path, version,
-               kForgeVersion);
-        bytes_per_token_ = load_le<uint32_t>(map_ + 12);
-        if (bytes_per_token_ != 2 && bytes_per_token_ != 4)
-          fail("{}: forge shard: bytes per token must be 2 or 4, got {}", path, bytes_per_token_);
-        declared = load_le<uint64_t>(map_ + 16);
-        uint64_t vocab = load_le<uint64_t>(map_ + 24);
-        if (vocab > UINT32_MAX)
-          fail("{}: forge shard: vocabulary size {} out of range", path, vocab);
-        vocab_size_ = static_cast<uint32_t>(vocab);
-        header_bytes = kForgeHeaderBytes;
-        break;
-      }
-      case ShardFormat::LlmC: {
-        if (!llmc_magic) fail("{}: not an llm.c token shard (magic 20240520 missing)", path);
-        if (map_size_ < kLlmcHeaderBytes)
-          fail("{}: truncated llm.c shard: {} bytes, header needs {}", path, map_size_,
-               kLlmcHeaderBytes);
-        int32_t version = load_le<int32_t>(map_ + 4);
-        if (version != 1)
-          fail("{}: llm.c shard version {} is not supported (expected 1 = uint16 tokens)", path,
-               version);
-        int32_t n = load_le<int32_t>(map_ + 8);
-        if (n < 0) fail("{}: llm.c shard: negative token count {}", path, n);
-        declared = static_cast<uint64_t>(n);
-        bytes_per_token_ = 2;
-        header_bytes = kLlmcHeaderBytes;
-        break;
-      }
-      case ShardFormat::NanoGPT: {
-        if (map_size_ % 2 != 0)
-          fail("{}: raw uint16 token file has an odd size ({} bytes)", path, map_size_);
-        bytes_per_token_ = 2;
-        declared = map_size_ / 2;
-        header_bytes = 0;
-        break;
-      }
-      case ShardFormat::Auto:
-        break;
+    case ShardFormat::LlmC: {
+      if (!llmc_magic) fail("{}: not an llm.c token shard (magic 20240520 missing)", path);
+      if (map_size_ < kLlmcHeaderBytes)
+        fail("{}: truncated llm.c shard: {} bytes, header needs {}", path, map_size_,
+             kLlmcHeaderBytes);
+      int32_t version = load_le<int32_t>(map_ + 4);
+      if (version != 1)
+        fail("{}: llm.c shard version {} is not supported (expected 1 = uint16 tokens)", path,
+             version);
+      int32_t n = load_le<int32_t>(map_ + 8);
+      if (n < 0) fail("{}: llm.c shard: negative token count {}", path, n);
+      declared = static_cast<uint64_t>(n);
+      bytes_per_token_ = 2;
+      header_bytes = kLlmcHeaderBytes;
+      break;
     }
-    const uint64_t available = (map_size_ - header_bytes) / bytes_per_token_;
-    if (declared > available)
-      fail("{}: truncated {} shard: header says {} tokens but the file holds {}", path,
-           format_name(format), declared, available);
-    if ((map_size_ - header_bytes) != declared * bytes_per_token_)
-      fail("{}: {} shard has {} trailing bytes after its {} tokens", path, format_name(format),
-           map_size_ - header_bytes - declared * bytes_per_token_, declared);
-    count_ = static_cast<size_t>(declared);
-    tokens_ = map_ + header_bytes;
-    if (count_ > 0 && bytes_per_token_ == 2)
-      ::madvise(const_cast<uint8_t*>(map_), map_size_, MADV_WILLNEED);
-  } catch (...) {
-    if (map_) ::munmap(const_cast<uint8_t*>(map_), map_size_);
-    map_ = nullptr;
-    throw;
+    case ShardFormat::NanoGPT: {
+      if (map_size_ % 2 != 0)
+        fail("{}: raw uint16 token file has an odd size ({} bytes)", path, map_size_);
+      bytes_per_token_ = 2;
+      declared = map_size_ / 2;
+      header_bytes = 0;
+      break;
+    }
+    case ShardFormat::Auto:
+      break;
   }
-}
-
-ShardReader::~ShardReader() {
-  if (map_) ::munmap(const_cast<uint8_t*>(map_), map_size_);
+  const uint64_t available = (map_size_ - header_bytes) / bytes_per_token_;
+  if (declared > available)
+    fail("{}: truncated {} shard: header says {} tokens but the file holds {}", path,
+         format_name(format), declared, available);
+  if ((map_size_ - header_bytes) != declared * bytes_per_token_)
+    fail("{}: {} shard has {} trailing bytes after its {} tokens", path, format_name(format),
+         map_size_ - header_bytes - declared * bytes_per_token_, declared);
+  count_ = static_cast<size_t>(declared);
+  tokens_ = map_ + header_bytes;
+  if (count_ > 0 && bytes_per_token_ == 2)
+    ::madvise(const_cast<uint8_t*>(map_), map_size_, MADV_WILLNEED);
 }
 
 uint32_t ShardReader::operator[](size_t i) const {

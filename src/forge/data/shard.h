@@ -16,6 +16,8 @@
 #include <string>
 #include <vector>
 
+#include "forge/io/mapped_file.h"
+
 namespace forge {
 
 enum class ShardFormat { Auto, Forge, NanoGPT, LlmC };
@@ -38,9 +40,6 @@ class ShardWriter {
 class ShardReader {
  public:
   explicit ShardReader(const std::string& path, ShardFormat format = ShardFormat::Auto);
-  ~ShardReader();
-  ShardReader(const ShardReader&) = delete;
-  ShardReader& operator=(const ShardReader&) = delete;
 
   size_t size() const { return count_; }
   uint32_t vocab_size() const { return vocab_size_; }  // 0 when the format does not say
@@ -56,7 +55,8 @@ class ShardReader {
  private:
   std::string path_;
   ShardFormat format_ = ShardFormat::Auto;
-  const uint8_t* map_ = nullptr;
+  MappedFile file_;
+  const uint8_t* map_ = nullptr;  // file_'s bytes
   size_t map_size_ = 0;
   const uint8_t* tokens_ = nullptr;
   size_t count_ = 0;

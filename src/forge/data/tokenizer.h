@@ -40,4 +40,12 @@ struct TokenizerOptions {
 std::unique_ptr<Tokenizer> make_tokenizer(const std::string& name,
                                           const TokenizerOptions& options = {});
 
+// The tokenizer of a model whose vocabulary (field 'model.vocab_size' of config_path) holds
+// model_vocab tokens: `name` (--tokenizer), or where empty GPT-2's BPE when the vocabulary
+// holds its 50257 tokens, else bytes (a byte-level model, its vocabulary maybe padded past
+// 256). Throws when the tokenizer's tokens do not fit the vocabulary.
+std::unique_ptr<Tokenizer> tokenizer_for_model(const std::string& name, int model_vocab,
+                                               const std::string& config_path,
+                                               const TokenizerOptions& options = {});
+
 }  // namespace forge

@@ -19,7 +19,7 @@ using nlohmann::json;
 // keeps unknown config fields as attributes and saves them again.
 constexpr const char* kForgeVocabSize = "forge_vocab_size";
 
-nlohmann::json hf_gpt2_config(const ModelConfig& m) {
+nlohmann::json hf_gpt2_config(const ModelConfig& m, const nlohmann::json& eot) {
   return {{"architectures", {"GPT2LMHeadModel"}},
           {"model_type", "gpt2"},
           {"vocab_size", m.vocab_rows()},
@@ -37,8 +37,8 @@ nlohmann::json hf_gpt2_config(const ModelConfig& m) {
           {"initializer_range", 0.02},
           {"scale_attn_weights", true},
           {"tie_word_embeddings", true},
-          {"bos_token_id", m.vocab_size - 1},
-          {"eos_token_id", m.vocab_size - 1},
+          {"bos_token_id", eot},
+          {"eos_token_id", eot},
           {kForgeVocabSize, m.vocab_size},
           {"torch_dtype", "float32"}};
 }
@@ -46,7 +46,7 @@ nlohmann::json hf_gpt2_config(const ModelConfig& m) {
 // The same fields as reference/forge_ref/llama.py's hf_config(). The tensor names already
 // are LlamaForCausalLM's and nn.Linear's [out, in] layout is the file layout, so the weights
 // go out as they are.
-nlohmann::json hf_llama_config(const ModelConfig& m) {
+nlohmann::json hf_llama_config(const ModelConfig& m, const nlohmann::json& eot) {
   return {{"architectures", {"LlamaForCausalLM"}},
           {"model_type", "llama"},
           {"vocab_size", m.vocab_rows()},
@@ -65,8 +65,8 @@ nlohmann::json hf_llama_config(const ModelConfig& m) {
           {"attention_dropout", 0.0},
           {"tie_word_embeddings", false},
           {"initializer_range", 0.02},
-          {"bos_token_id", m.vocab_size - 1},
-          {"eos_token_id", m.vocab_size - 1},
+          {"bos_token_id", eot},
+          {"eos_token_id", eot},
           {kForgeVocabSize, m.vocab_size},
           {"torch_dtype", "float32"}};
 }
@@ -198,9 +198,13 @@ void llama_from_hf(const HfFields& f, ModelConfig& m) {
 
 }  // namespace
 
-nlohmann::json hf_config_json(const ModelConfig& m) {
-  if (m.family == "gpt2") return hf_gpt2_config(m);
-  if (m.family == "llama") return hf_llama_config(m);
+nlohmann::json hf_config_json(const ModelConfig& m, std::optional<uint32_t> end_of_text) {
+  if (end_of_text && *end_of_text >= static_cast<uint32_t>(m.vocab_size))
+    fail("export --hf: end-of-text token {} is outside field 'model.vocab_size' ({})", *end_of_text,
+         m.vocab_size);
+  const json eot = end_of_text ? json(*end_of_text) : json(nullptr);
+  if (m.family == "gpt2") return hf_gpt2_config(m, eot);
+  if (m.family == "llama") return hf_llama_config(m, eot);
   fail("export --hf: family '{}' is not exportable (expected gpt2 or llama)", m.family);
 }
 

@@ -4,7 +4,9 @@
 // what one writes the other reads.
 #pragma once
 
+#include <cstdint>
 #include <nlohmann/json_fwd.hpp>
+#include <optional>
 #include <string>
 
 #include "forge/io/config.h"
@@ -12,8 +14,10 @@
 namespace forge {
 
 // transformers' GPT2Config / LlamaConfig fields for the model (dropout off: forge trains
-// without it). Throws for a family transformers has no counterpart for.
-nlohmann::json hf_config_json(const ModelConfig& m);
+// without it). bos_token_id and eos_token_id are the tokenizer's end-of-text token (GPT-2's
+// <|endoftext|> opens every document, as forge's shards place it), null for a tokenizer
+// without one (bytes). Throws for a family transformers has no counterpart for.
+nlohmann::json hf_config_json(const ModelConfig& m, std::optional<uint32_t> end_of_text);
 
 // A forge Config for the model a config.json describes (model_type "gpt2" or "llama");
 // train.batch_size = 1 and train.seq_len = the model's context. HF's vocab_size (the

@@ -104,126 +104,101 @@ int64_t TensorInfo::numel() const {
   return n;
 }
 
-SafetensorsFile::SafetensorsFile(const std::string& path) : path_(path) {
-  int fd = ::open(path.c_str(), O_RDONLY);
-  if (fd < 0) fail("{}: cannot open safetensors file: {}", path, std::strerror(errno));
-  struct stat st {};
-  if (::fstat(fd, &st) != 0) {
-    int err = errno;
-    ::close(fd);
-    fail("{}: cannot stat: {}", path, std::strerror(err));
-  }
-  const size_t file_size = static_cast<size_t>(st.st_size);
-  if (file_size < 8) {
-    ::close(fd);
+SafetensorsFile::SafetensorsFile(const std::string& path)
+    : path_(path), file_(path, "safetensors file") {
+  map_ = file_.data();
+  map_size_ = file_.size();
+  const size_t file_size = map_size_;
+  if (file_size < 8)
     fail("{}: not a safetensors file: {} bytes, shorter than the 8-byte header length", path,
          file_size);
-  }
-  void* p = ::mmap(nullptr, file_size, PROT_READ, MAP_PRIVATE, fd, 0);
-  int map_err = errno;
-  ::close(fd);  // the mapping keeps the file alive
-  if (p == MAP_FAILED) fail("{}: cannot mmap: {}", path, std::strerror(map_err));
-  map_ = static_cast<const uint8_t*>(p);
-  map_size_ = file_size;
+  uint64_t header_len = 0;
+  std::memcpy(&header_len, map_, 8);
+  if (header_len > kMaxHeaderBytes || header_len > file_size - 8)
+    fail("{}: not a safetensors file: header length {} does not fit in the file of {} bytes", path,
+         header_len, file_size);
+  data_start_ = 8 + static_cast<size_t>(header_len);
+  const size_t data_size = file_size - data_start_;
 
-  // From here the destructor will not run if we throw, so unmap by hand.
+  json header;
   try {
-    uint64_t header_len = 0;
-    std::memcpy(&header_len, map_, 8);
-    if (header_len > kMaxHeaderBytes || header_len > file_size - 8)
-      fail("{}: not a safetensors file: header length {} does not fit in the file of {} bytes",
-           path, header_len, file_size);
-    data_start_ = 8 + static_cast<size_t>(header_len);
-    const size_t data_size = file_size - data_start_;
-
-    json header;
-    try {
-      header = json::parse(reinterpret_cast<const char*>(map_ + 8),
-                           reinterpret_cast<const char*>(map_ + data_start_));
-    } catch (const json::parse_error& e) {
-      fail("{}: malformed safetensors header JSON at byte {}: {}", path, 8 + e.byte, e.what());
-    }
-    if (!header.is_object()) fail("{}: safetensors header must be a JSON object", path);
-
-    struct Span {
-      size_t begin, end;
-      const std::string* name;
-    };
-    std::vector<Span> spans;
-    for (auto it = header.begin(); it != header.end(); ++it) {
-      const std::string& name = it.key();
-      const json& v = it.value();
-      if (name == "__metadata__") {
-        if (!v.is_object()) fail("{}: '__metadata__' must be an object of strings", path);
-        for (auto m = v.begin(); m != v.end(); ++m) {
-          if (!m.value().is_string())
-            fail("{}: '__metadata__' field '{}': expected a string", path, m.key());
-          metadata_[m.key()] = m.value().get<std::string>();
-        }
-        continue;
-      }
-      if (!v.is_object())
-        fail("{}: tensor '{}': expected an object with dtype, shape, data_offsets", path, name);
-      for (auto f = v.begin(); f != v.end(); ++f)
-        if (f.key() != "dtype" && f.key() != "shape" && f.key() != "data_offsets")
-          fail("{}: tensor '{}': unknown field '{}'", path, name, f.key());
-      TensorInfo info{};
-      auto dt = v.find("dtype");
-      if (dt == v.end() || !dt->is_string())
-        fail("{}: tensor '{}': missing string field 'dtype'", path, name);
-      if (!parse_dtype(dt->get<std::string>(), info.dtype))
-        fail("{}: tensor '{}': unsupported dtype '{}' (expected F32|F64|BF16|F16|I32|I64|U8|U16)",
-             path, name, dt->get<std::string>());
-      auto sh = v.find("shape");
-      if (sh == v.end() || !sh->is_array())
-        fail("{}: tensor '{}': missing array field 'shape'", path, name);
-      for (const json& d : *sh) {
-        if (!d.is_number_integer() || (!d.is_number_unsigned() && d.get<int64_t>() < 0))
-          fail("{}: tensor '{}': shape {} must hold non-negative integers", path, name, sh->dump());
-        info.shape.push_back(d.get<int64_t>());
-      }
-      auto off = v.find("data_offsets");
-      if (off == v.end() || !off->is_array() || off->size() != 2 ||
-          !(*off)[0].is_number_unsigned() || !(*off)[1].is_number_unsigned())
-        fail("{}: tensor '{}': 'data_offsets' must be [begin, end] with non-negative integers",
-             path, name);
-      const uint64_t begin = (*off)[0].get<uint64_t>(), end = (*off)[1].get<uint64_t>();
-      if (begin > end || end > data_size)
-        fail("{}: tensor '{}': data_offsets [{}, {}] outside the data section of {} bytes", path,
-             name, begin, end, data_size);
-      info.offset = static_cast<size_t>(begin);
-      info.nbytes = static_cast<size_t>(end - begin);
-      size_t expected = 0;
-      if (!checked_nbytes(info.shape, dtype_size(info.dtype), expected) || expected != info.nbytes)
-        fail("{}: tensor '{}': shape {} of {} needs {} bytes but data_offsets span {}", path, name,
-             shape_str(info.shape), dtype_name(info.dtype), expected, info.nbytes);
-      auto [pos, inserted] = tensors_.emplace(name, std::move(info));
-      spans.push_back({pos->second.offset, pos->second.offset + pos->second.nbytes, &pos->first});
-    }
-    // Tensors must tile the data section exactly: no gaps, no overlaps, no trailing bytes.
-    std::sort(spans.begin(), spans.end(), [](const Span& a, const Span& b) {
-      return a.begin != b.begin ? a.begin < b.begin : a.end < b.end;
-    });
-    size_t cursor = 0;
-    for (const Span& s : spans) {
-      if (s.begin < cursor)
-        fail("{}: tensor '{}': data_offsets overlap the previous tensor", path, *s.name);
-      if (s.begin > cursor)
-        fail("{}: tensor '{}': gap of {} bytes before its data", path, *s.name, s.begin - cursor);
-      cursor = s.end;
-    }
-    if (cursor != data_size)
-      fail("{}: data section holds {} bytes but the tensors cover {} (truncated or trailing data)",
-           path, data_size, cursor);
-  } catch (...) {
-    ::munmap(const_cast<uint8_t*>(map_), map_size_);
-    map_ = nullptr;
-    throw;
+    header = json::parse(reinterpret_cast<const char*>(map_ + 8),
+                         reinterpret_cast<const char*>(map_ + data_start_));
+  } catch (const json::parse_error& e) {
+    fail("{}: malformed safetensors header JSON at byte {}: {}", path, 8 + e.byte, e.what());
   }
-}
+  if (!header.is_object()) fail("{}: safetensors header must be a JSON object", path);
 
-SafetensorsFile::~SafetensorsFile() {
-  if (map_) ::munmap(const_cast<uint8_t*>(map_), map_size_);
+  struct Span {
+    size_t begin, end;
+    const std::string* name;
+  };
+  std::vector<Span> spans;
+  for (auto it = header.begin(); it != header.end(); ++it) {
+    const std::string& name = it.key();
+    const json& v = it.value();
+    if (name == "__metadata__") {
+      if (!v.is_object()) fail("{}: '__metadata__' must be an object of strings", path);
+      for (auto m = v.begin(); m != v.end(); ++m) {
+        if (!m.value().is_string())
+          fail("{}: '__metadata__' field '{}': expected a string", path, m.key());
+        metadata_[m.key()] = m.value().get<std::string>();
+      }
+      continue;
+    }
+    if (!v.is_object())
+      fail("{}: tensor '{}': expected an object with dtype, shape, data_offsets", path, name);
+    for (auto f = v.begin(); f != v.end(); ++f)
+      if (f.key() != "dtype" && f.key() != "shape" && f.key() != "data_offsets")
+        fail("{}: tensor '{}': unknown field '{}'", path, name, f.key());
+    TensorInfo info{};
+    auto dt = v.find("dtype");
+    if (dt == v.end() || !dt->is_string())
+      fail("{}: tensor '{}': missing string field 'dtype'", path, name);
+    if (!parse_dtype(dt->get<std::string>(), info.dtype))
+      fail("{}: tensor '{}': unsupported dtype '{}' (expected F32|F64|BF16|F16|I32|I64|U8|U16)",
+           path, name, dt->get<std::string>());
+    auto sh = v.find("shape");
+    if (sh == v.end() || !sh->is_array())
+      fail("{}: tensor '{}': missing array field 'shape'", path, name);
+    for (const json& d : *sh) {
+      if (!d.is_number_integer() || (!d.is_number_unsigned() && d.get<int64_t>() < 0))
+        fail("{}: tensor '{}': shape {} must hold non-negative integers", path, name, sh->dump());
+      info.shape.push_back(d.get<int64_t>());
+    }
+    auto off = v.find("data_offsets");
+    if (off == v.end() || !off->is_array() || off->size() != 2 || !(*off)[0].is_number_unsigned() ||
+        !(*off)[1].is_number_unsigned())
+      fail("{}: tensor '{}': 'data_offsets' must be [begin, end] with non-negative integers", path,
+           name);
+    const uint64_t begin = (*off)[0].get<uint64_t>(), end = (*off)[1].get<uint64_t>();
+    if (begin > end || end > data_size)
+      fail("{}: tensor '{}': data_offsets [{}, {}] outside the data section of {} bytes", path,
+           name, begin, end, data_size);
+    info.offset = static_cast<size_t>(begin);
+    info.nbytes = static_cast<size_t>(end - begin);
+    size_t expected = 0;
+    if (!checked_nbytes(info.shape, dtype_size(info.dtype), expected) || expected != info.nbytes)
+      fail("{}: tensor '{}': shape {} of {} needs {} bytes but data_offsets span {}", path, name,
+           shape_str(info.shape), dtype_name(info.dtype), expected, info.nbytes);
+    auto [pos, inserted] = tensors_.emplace(name, std::move(info));
+    spans.push_back({pos->second.offset, pos->second.offset + pos->second.nbytes, &pos->first});
+  }
+  // Tensors must tile the data section exactly: no gaps, no overlaps, no trailing bytes.
+  std::sort(spans.begin(), spans.end(), [](const Span& a, const Span& b) {
+    return a.begin != b.begin ? a.begin < b.begin : a.end < b.end;
+  });
+  size_t cursor = 0;
+  for (const Span& s : spans) {
+    if (s.begin < cursor)
+      fail("{}: tensor '{}': data_offsets overlap the previous tensor", path, *s.name);
+    if (s.begin > cursor)
+      fail("{}: tensor '{}': gap of {} bytes before its data", path, *s.name, s.begin - cursor);
+    cursor = s.end;
+  }
+  if (cursor != data_size)
+    fail("{}: data section holds {} bytes but the tensors cover {} (truncated or trailing data)",
+         path, data_size, cursor);
 }
 
 bool SafetensorsFile::contains(const std::string& name) const { return tensors_.count(name) != 0; }

@@ -9,6 +9,8 @@
 #include <string>
 #include <vector>
 
+#include "forge/io/mapped_file.h"
+
 namespace forge {
 
 enum class DType { F32, F64, BF16, F16, I32, I64, U8, U16 };
@@ -27,9 +29,6 @@ struct TensorInfo {
 class SafetensorsFile {
  public:
   explicit SafetensorsFile(const std::string& path);  // throws Error on a malformed file
-  ~SafetensorsFile();
-  SafetensorsFile(const SafetensorsFile&) = delete;
-  SafetensorsFile& operator=(const SafetensorsFile&) = delete;
 
   const std::string& path() const { return path_; }
   bool contains(const std::string& name) const;
@@ -46,7 +45,8 @@ class SafetensorsFile {
   std::string path_;
   std::map<std::string, TensorInfo> tensors_;
   std::map<std::string, std::string> metadata_;
-  const uint8_t* map_ = nullptr;
+  MappedFile file_;
+  const uint8_t* map_ = nullptr;  // file_'s bytes
   size_t map_size_ = 0;
   size_t data_start_ = 0;
 };

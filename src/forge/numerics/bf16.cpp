@@ -39,6 +39,7 @@ class Bf16Numerics final : public Numerics {
         bf16_attention_(k::native_bf16_available() && k::attention_bf16_available()) {}
 
   std::string name() const override { return "bf16"; }
+  const char* matmul_dtype() const override { return "bf16"; }
   std::string arithmetic() const override {
     if (!k::native_bf16_available())
       return fmt::format(

@@ -65,6 +65,10 @@ class Numerics {
   // GEMM library, whether bf16 is multiplied natively): the same profile computes with
   // different instructions, and so at a different speed, on different machines.
   virtual std::string arithmetic() const = 0;
+  // The type the matrix products multiply, "fp32" or "bf16": the arithmetic a PyTorch peer
+  // must run to be compared (bf16: under CPU autocast), and whether the products may pass the
+  // fp32 FMA peak (bf16's run on other units; an fp32 rate above that peak is a misreading).
+  virtual const char* matmul_dtype() const { return "fp32"; }
   // Whether the run flushes subnormal floats to zero (set_subnormals_flushed, core/threads.h):
   // only where the profile promises no bit-for-bit equality with PyTorch, which keeps them.
   virtual bool flushes_subnormals() const { return false; }

@@ -25,6 +25,7 @@ class TimedNumerics final : public Numerics {
   }
   std::string name() const override { return inner_->name(); }
   std::string arithmetic() const override { return inner_->arithmetic(); }
+  const char* matmul_dtype() const override { return inner_->matmul_dtype(); }
   bool flushes_subnormals() const override { return inner_->flushes_subnormals(); }
   void plan(const StepShape& s) override { inner_->plan(s); }
   // op name -> seconds, accumulated since the last reset(). An op's entry is made on its first

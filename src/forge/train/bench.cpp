@@ -31,6 +31,7 @@ EngineTiming time_engine_steps(const Config& cfg, const std::string& profile, in
   out.tokens_per_step = B * T;
   out.flops_per_token = run.model->train_flops_per_token(T);
   out.arithmetic = run.nx->arithmetic();
+  out.matmul_dtype = run.nx->matmul_dtype();
   for (int s = 0; s < warmup + steps; ++s) {
     for (size_t i = 0; i < x.size(); ++i) {
       x[i] = static_cast<int32_t>(rng.next_u64() % cfg.model.vocab_size);

@@ -18,6 +18,7 @@ struct EngineTiming {
   std::map<std::string, double> op_seconds;     // per step, when a breakdown was asked for
   std::map<std::string, double> op_gemm_flops;  // per step, of the ops holding GEMMs, likewise
   std::string arithmetic;                       // Numerics::arithmetic() of the profile run
+  std::string matmul_dtype;                     // Numerics::matmul_dtype(): "fp32" or "bf16"
 };
 
 EngineTiming time_engine_steps(const Config& config, const std::string& profile, int warmup,

@@ -131,6 +131,21 @@ struct Runner {
   std::string self;      // this binary's path: the engine
   Phases phases;
 
+  // The argv as commands.sh replays it: the reports go to report.replay.md and the like, so
+  // that a replay leaves this run's own reports (with their Run section) as they are.
+  std::vector<std::string> for_replay(std::vector<std::string> argv) const {
+    for (std::string& a : argv) {
+      const fs::path p(a);
+      if (p.parent_path() != out) continue;
+      const std::string stem = p.stem().string(), ext = p.extension().string();
+      const bool report =
+          stem == "report" || stem == "calibration" || stem == "dp-vs-single" || stem == "loss";
+      if (report && (ext == ".md" || ext == ".json" || ext == ".png"))
+        a = (out / (stem + ".replay" + ext)).string();
+    }
+    return argv;
+  }
+
   // Runs one side; a failure shows the end of its log and names the log. Exit statuses up to
   // `ok_up_to` count as success (the comparer exits 1 for a gate below its rung).
   void run(const std::string& phase, const std::string& log_name, std::vector<std::string> argv,
@@ -146,7 +161,7 @@ struct Runner {
     for (const auto& [k, v] : c.env) prefix += k + "=" + shell_join({v}) + " ";
     // commands.sh stops at the first command that fails (set -e); statuses this run accepts
     // (the comparer's 1, a gate below its rung) go on there too.
-    commands += "# " + phase + "\n" + prefix + shell_join(c.argv) +
+    commands += "# " + phase + "\n" + prefix + shell_join(for_replay(c.argv)) +
                 (ok_up_to > 0 ? fmt::format(" || [ $? -le {} ]", ok_up_to) : "") + "\n";
     phases.begin(phase);
     const int rc = run_command(c);
@@ -442,7 +457,14 @@ int run_verify(const VerifyOptions& o) {
                         "calibration-dump",
                         "calibration.jsonl",
                         "calibration.md",
-                        "calibration.json"})
+                        "calibration.json",
+                        "report.replay.md",
+                        "report.replay.json",
+                        "loss.replay.png",
+                        "dp-vs-single.replay.md",
+                        "dp-vs-single.replay.json",
+                        "calibration.replay.md",
+                        "calibration.replay.json"})
     fs::remove_all(r.out / p);
   ensure_writable_dir(r.logs.string());
 
@@ -726,7 +748,8 @@ int run_verify(const VerifyOptions& o) {
   // The script's status is the comparer's verdict (0: the rung reached, 1: not); any other
   // status is the comparer's own failure and ends the script at once.
   r.commands += "# compare\nverdict=0\n" + shell_join({"PYTHONPATH=" + pythonpath}) + " " +
-                shell_join(cmp) + " || verdict=$?\n[ $verdict -le 1 ] || exit $verdict\n";
+                shell_join(r.for_replay(cmp)) +
+                " || verdict=$?\n[ $verdict -le 1 ] || exit $verdict\n";
   r.phases.begin("comparing");
   const int rc = run_command(c);
   if (rc != 0 && rc != 1) {
@@ -744,11 +767,13 @@ int run_verify(const VerifyOptions& o) {
     calibration = calibration_section(report, out("report.json"), out("calibration.json"), required,
                                       calibration_desc, out("calibration.md"));
   }
-  write_text_atomic(out("commands.sh"),
-                    "#!/bin/sh\n# what forge verify ran, in order, from the folder it ran in (the "
-                    "config's relative paths are read from there); stops at the first command "
-                    "that fails and exits with the gate's verdict (0: its rung reached)\nset -e\n" +
-                        shell_join({"cd", working_dir}) + "\n" + r.commands + "exit $verdict\n");
+  write_text_atomic(
+      out("commands.sh"),
+      "#!/bin/sh\n# what forge verify ran, in order, from the folder it ran in (the "
+      "config's relative paths are read from there); stops at the first command "
+      "that fails and exits with the gate's verdict (0: its rung reached); its reports "
+      "are report.replay.md and the like, beside this run's\nset -e\n" +
+          shell_join({"cd", working_dir}) + "\n" + r.commands + "exit $verdict\n");
 
   // The comparer's last line is the verdict; everything before it is the worst tensor.
   const std::string cmp_out = read_file_or_empty(c.stdout_path);
