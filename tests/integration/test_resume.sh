@@ -87,6 +87,22 @@ grep -q "^forge train: " same.out && grep -q "^done: 8 steps" same.out ||
 ! grep -qE "^step +[0-9]+/" same.out || { cat same.out >&2; fail "--quiet printed per-step lines"; }
 echo "ok: a resume with another lr is noted, one with the same settings is not; --quiet keeps the summary"
 
+# A shard prepared again at the same path (here: the same tokens in reverse order, so the same
+# size and header) is other data under the same setting: the resume says so.
+cp data/train.bin redone.bin
+make_config redone.json cfg.json data.train='"redone.bin"'
+"$FORGE" train --config redone.json --out-dir redone --steps 8 --stop-after 4 --quiet >/dev/null
+"$PY" - <<'PYEOF'
+data = open("redone.bin", "rb").read()
+body = data[64:]
+pairs = [body[i:i + 2] for i in range(0, len(body), 2)]
+open("redone.bin", "wb").write(data[:64] + b"".join(reversed(pairs)))
+PYEOF
+"$FORGE" train --config redone.json --resume redone/checkpoints/step_000004 --steps 8 --quiet >redone.out
+grep -q "^note: resuming with a setting other than the checkpoint's run: data.train's contents (its tokens' fingerprint [0-9a-f]\{16\}, was [0-9a-f]\{16\})" redone.out ||
+  { cat redone.out >&2; fail "a resume on a shard rewritten at the same path gave no note"; }
+echo "ok: a resume on a shard rewritten in place with other tokens is noted"
+
 # SIGINT / SIGTERM: the step in progress finishes, a checkpoint of it is written, the run ends
 # with the shell's status for the signal, and --resume goes on bit for bit. While it runs, a
 # second writer of its folder (here one asked to replace it) is refused in one line.

@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <csignal>
 #include <cstring>
 #include <filesystem>
@@ -268,6 +269,40 @@ TEST(DataShard, WriteIntoMissingDirectoryFailsWithoutLeftovers) {
   std::string msg = error_of([&] { w.finish(); });
   EXPECT_NE(msg.find("x.bin"), std::string::npos) << msg;
   EXPECT_TRUE(fs::is_empty(dir.path()));
+}
+
+// The fingerprint a resume compares: equal for equal tokens (whatever the file's name), other
+// for a changed token, reordered tokens or a different count; a shard over 64 MiB is sampled
+// in windows, its first and last bytes among them.
+TEST(DataShard, FingerprintStandsForTheTokens) {
+  TempDir dir;
+  const auto fingerprint = [&](const std::string& name, const std::vector<uint32_t>& tokens) {
+    forge::ShardWriter w(dir / name, 50257);
+    w.append(tokens.data(), tokens.size());
+    w.finish();
+    return forge::ShardReader(dir / name).fingerprint();
+  };
+  auto tokens = random_tokens(100003, 50257, 11);  // an odd byte count's tail hashed too
+  const std::string base = fingerprint("a.bin", tokens);
+  EXPECT_EQ(base.size(), 16u);
+  EXPECT_EQ(fingerprint("b.bin", tokens), base);
+  auto changed = tokens;
+  changed[77777] ^= 1;
+  EXPECT_NE(fingerprint("c.bin", changed), base);
+  auto reordered = tokens;
+  std::reverse(reordered.begin(), reordered.end());
+  EXPECT_NE(fingerprint("d.bin", reordered), base);
+  EXPECT_NE(fingerprint("e.bin", std::vector<uint32_t>(tokens.begin(), tokens.end() - 1)), base);
+
+  auto large = random_tokens((size_t{72} << 20) / 2, 50257, 12);  // 72 MiB of uint16 tokens
+  const std::string large_base = fingerprint("large.bin", large);
+  EXPECT_EQ(fingerprint("large2.bin", large), large_base);
+  auto first = large;
+  first.front() ^= 1;
+  EXPECT_NE(fingerprint("large3.bin", first), large_base);
+  auto last = large;
+  last.back() ^= 1;
+  EXPECT_NE(fingerprint("large4.bin", last), large_base);
 }
 
 // A shard truncated in place under a run that has it mapped: the next read of a page past its

@@ -51,6 +51,12 @@ class ShardReader {
   // The index of the first token >= limit, or size() when there is none; reads every token
   // up to it (check_shard_vocabulary in train/data_loader.h names what it finds).
   size_t first_token_at_or_above(uint32_t limit) const;
+  // 16 hex digits standing for the tokens: a resumed run compares its shard's with the one its
+  // checkpoint's run read, to say that a shard rewritten at the same path holds other tokens.
+  // Shards up to 64 MiB are read whole; larger ones in 256 windows of 64 KiB spread over them
+  // (and their token count), so that start-up stays quick: a change confined between the
+  // windows of a large shard goes unseen.
+  std::string fingerprint() const;
 
  private:
   std::string path_;

@@ -196,6 +196,7 @@ void save_checkpoint(const std::string& dir, const ParamLayout& layout, const fl
     j["tokens_seen"] = state.tokens_seen;
     j["config"] = state.config;
     j["world_size"] = state.world_size;  // DP: optimizer state is always stored whole
+    j["data_fingerprints"] = {{"train", state.train_fingerprint}, {"val", state.val_fingerprint}};
     write_text_atomic((tmp_dir / "state.json").string(), j.dump(2) + "\n");
     fs::remove_all(final_dir, ec);
     fs::rename(tmp_dir, final_dir);
@@ -311,6 +312,10 @@ TrainState read_checkpoint_state(const std::string& path) {
     s.tokens_seen = j.at("tokens_seen").get<double>();
     s.config = j.at("config");
     s.world_size = j.value("world_size", 1);
+    if (const auto f = j.find("data_fingerprints"); f != j.end()) {
+      s.train_fingerprint = f->value("train", "");
+      s.val_fingerprint = f->value("val", "");
+    }
     if (s.world_size < 1) fail("{}: field 'world_size': expected a positive integer", state_path);
     if (s.step < 0)
       fail("{}: field 'step': expected a non-negative integer, got {}", state_path, s.step);

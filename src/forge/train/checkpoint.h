@@ -21,6 +21,8 @@ struct TrainState {
   double tokens_seen = 0;
   nlohmann::json config;  // the config the run was started with
   int world_size = 1;     // DP: ranks of the run that wrote it (1 when absent: older files)
+  // ShardReader::fingerprint() of the shards the run read, "" when unknown (older files)
+  std::string train_fingerprint, val_fingerprint;
 };
 
 // One tensor in file layout: a view of src, or a transposed copy held in scratch.

@@ -68,14 +68,16 @@ std::vector<std::string> differing_fields(const nlohmann::json& a, const nlohman
   return out;
 }
 
-// A resumed run against its checkpoint's config (`saved`, the state.json of checkpoint dir): the
+// A resumed run against its checkpoint's state (`saved`, the state.json of checkpoint dir): the
 // checked invariants (same model, same batch geometry) refused in one line; returns the note on
-// what it trains differently (empty if nothing). DP: the global batch is B x T x grad_accum_steps x
+// what it trains differently (empty if nothing), its shards' contents included (`fingerprints`:
+// this run's, as TrainState holds them). DP: the global batch is B x T x grad_accum_steps x
 // ranks, so a checkpoint of W ranks with A accumulation steps resumes on W' ranks with A' steps
 // when A*W == A'*W' (the data order is the same; docs/formats.md).
-std::string check_resume(const Config& cfg, const nlohmann::json& saved, const std::string& dir,
-                         int saved_world, int world) {
-  const Config old = parse_config(saved, dir + "/state.json");
+std::string check_resume(const Config& cfg, const TrainState& saved, const TrainState& fingerprints,
+                         const std::string& dir, int world) {
+  const Config old = parse_config(saved.config, dir + "/state.json");
+  const int saved_world = saved.world_size;
   const nlohmann::json now = config_to_json(cfg), then = config_to_json(old);
   const auto equal = [](const nlohmann::json& a, const nlohmann::json& b) { return a == b; };
   if (now["model"] != then["model"])
@@ -105,6 +107,15 @@ std::string check_resume(const Config& cfg, const nlohmann::json& saved, const s
   std::vector<std::string> changes = differing_fields(now, then, "train", "was", no_bits, equal);
   for (std::string& c : differing_fields(now, then, "data", "was", {}, same_file))
     changes.push_back(std::move(c));
+  // A shard prepared again at the same path holds other tokens: the same setting, other data.
+  const auto contents = [&](const char* field, const std::string& was, const std::string& is) {
+    if (!was.empty() && !is.empty() && was != is &&
+        same_file(now["data"][field], then["data"][field]))
+      changes.push_back(
+          fmt::format("data.{}'s contents (its tokens' fingerprint {}, was {})", field, is, was));
+  };
+  contents("train", saved.train_fingerprint, fingerprints.train_fingerprint);
+  contents("val", saved.val_fingerprint, fingerprints.val_fingerprint);
   if (changes.empty()) return "";
   return fmt::format(
       "note: resuming with {} than the checkpoint's run: {}; the steps from here are not those "
@@ -247,6 +258,8 @@ TrainResult run_training(const TrainOptions& opt) {
 
   TrainState state;
   state.config = config_to_json(cfg);
+  state.train_fingerprint = train_data.shard().fingerprint();
+  if (val_data) state.val_fingerprint = val_data->shard().fingerprint();
   std::string resume_note;
   if (saved) {
     // DP: checkpoints hold the full optimizer state, so any number of ranks (sharded or
@@ -255,7 +268,7 @@ TrainResult run_training(const TrainOptions& opt) {
     load_checkpoint_tensors(opt.resume, layout, model->params(),
                             zero1 ? full_m.data() : exp_avg.data(),
                             zero1 ? full_v.data() : exp_avg_sq.data());
-    resume_note = check_resume(cfg, saved->config, opt.resume, saved->world_size, world);
+    resume_note = check_resume(cfg, *saved, state, opt.resume, world);
     if (zero1) dp->load_shard(full_m.data(), full_v.data());
     state.step = saved->step;
     state.data_cursor = saved->data_cursor;
