@@ -70,11 +70,11 @@ std::vector<std::string> differing_fields(const nlohmann::json& a, const nlohman
 
 // A resumed run against its checkpoint's state (`saved`, the state.json of checkpoint dir): the
 // checked invariants (same model, same batch geometry) refused in one line; returns the note on
-// what it trains differently (empty if nothing), its shards' contents included (`fingerprints`:
-// this run's, as TrainState holds them). DP: the global batch is B x T x grad_accum_steps x
-// ranks, so a checkpoint of W ranks with A accumulation steps resumes on W' ranks with A' steps
-// when A*W == A'*W' (the data order is the same; docs/formats.md).
-std::string check_resume(const Config& cfg, const TrainState& saved, const TrainState& fingerprints,
+// what it trains differently (empty if nothing), its shards' contents included (`current`: this
+// run's state, which holds its shards' fingerprints). DP: the global batch is B x T x
+// grad_accum_steps x ranks, so a checkpoint of W ranks with A accumulation steps resumes on W'
+// ranks with A' steps when A*W == A'*W' (the data order is the same; docs/formats.md).
+std::string check_resume(const Config& cfg, const TrainState& saved, const TrainState& current,
                          const std::string& dir, int world) {
   const Config old = parse_config(saved.config, dir + "/state.json");
   const int saved_world = saved.world_size;
@@ -114,8 +114,8 @@ std::string check_resume(const Config& cfg, const TrainState& saved, const Train
       changes.push_back(
           fmt::format("data.{}'s contents (its tokens' fingerprint {}, was {})", field, is, was));
   };
-  contents("train", saved.train_fingerprint, fingerprints.train_fingerprint);
-  contents("val", saved.val_fingerprint, fingerprints.val_fingerprint);
+  contents("train", saved.train_fingerprint, current.train_fingerprint);
+  contents("val", saved.val_fingerprint, current.val_fingerprint);
   if (changes.empty()) return "";
   return fmt::format(
       "note: resuming with {} than the checkpoint's run: {}; the steps from here are not those "
