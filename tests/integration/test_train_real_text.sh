@@ -22,3 +22,20 @@ assert six["batches"] == 6, six
 assert abs(two["val_loss"] - six["val_loss"]) < 1e-6, (two, six)
 print(f"ok: 6 batches of a 2-batch shard: val loss {six['val_loss']:.6f} = 2 batches' {two['val_loss']:.6f}")
 PYEOF
+
+# A start-up reading of the fp32 peak taken while the cores were busy (here made a thousandth
+# of the machine's): the first step's MFU passes 100%, the peak is read once more and said so,
+# and the steps after it and the summary divide by the new reading.
+BUGS="$(dirname "$FORGE")/forge_testbugs"
+[ -x "$BUGS" ] || fail "$BUGS not found: build the forge_testbugs target (CMakeLists.txt)"
+make_config busy.json "$SRC/configs/tiny.json" data.train='"data/train.bin"' \
+  data.val='"data/val.bin"' train.eval_interval=0 train.log_interval=1
+FORGE_TEST_BUG=busy-start-up-peak "$BUGS" train --config busy.json --steps 4 --out-dir busy >busy.out
+grep -q "^note: step 1's MFU passed 100% against the start-up peak reading" busy.out ||
+  { cat busy.out >&2; fail "a start-up peak reading far too low gave no note"; }
+[ "$(grep -c "MFU passed 100%" busy.out)" -eq 1 ] || { cat busy.out >&2; fail "the peak was read again more than once"; }
+! grep -qE "^step +[234]/4 .*MFU [0-9]{3,}\.[0-9]%" busy.out ||
+  { cat busy.out >&2; fail "steps after the new reading still print an MFU above 100%"; }
+grep -qE "^done: 4 steps, .*MFU [0-9]{1,2}\.[0-9]%" busy.out && ! grep -q "^note: MFU above 100%" busy.out ||
+  { cat busy.out >&2; fail "the summary's MFU is not against the new reading"; }
+echo "ok: a busy start-up peak reading is read again at the first step past 100%, and said so"

@@ -7,6 +7,8 @@
 //                              steps at half speed (the warning of a machine that slowed down)
 //   pause-at-start-up          `forge train` waits 3 s in its start-up, its stop signals
 //                              already caught (for the test of a signal before the first step)
+//   busy-start-up-peak         `forge train`'s start-up reading of the fp32 peak comes out a
+//                              thousandth of the machine's (one taken while the cores were busy)
 // A normal build compiles them to nothing.
 #pragma once
 
