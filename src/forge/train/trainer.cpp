@@ -505,8 +505,8 @@ TrainResult run_training(const TrainOptions& opt) {
       // Read once more now, rather than print every step's MFU above 100% until the end.
       peak_read_again = true;
       const double before = peak.fp32_flops;
-      peak = std::max(peak, measure_peak(threads, 0.3),
-                      [](const Peak& a, const Peak& b) { return a.fp32_flops < b.fp32_flops; });
+      if (const Peak again = measure_peak(threads, 0.3); again.fp32_flops > peak.fp32_flops)
+        peak = again;
       mfu = flops_per_token * tps / (peak.fp32_flops * world);
       if (talk)
         progress.message(fmt::format(
@@ -574,7 +574,7 @@ TrainResult run_training(const TrainOptions& opt) {
   result.mfu = flops_per_token * result.tokens_per_s / (peak.fp32_flops * world);
   {
     // The peak is a maximum: measured again now, the higher reading is the machine's, and the
-    // summary divides by it (the per-step lines above used the start-up reading).
+    // summary divides by it (the per-step lines used the reading of their time).
     const Peak again = measure_peak(threads, 0.3);
     if (again.fp32_flops > peak.fp32_flops) {
       peak = again;
@@ -589,8 +589,8 @@ TrainResult run_training(const TrainOptions& opt) {
         "buckets per micro-step started while backward ran\n",
         step_time_total > 0 ? 100 * comm_wait_total / step_time_total : 0.0,
         dp->buckets_started_in_backward(), dp->bucket_count());
-  // An fp32 step cannot pass the fp32 peak: both readings were taken while something else
-  // held the cores. (bf16's products run on other units: its MFU may pass 100%.)
+  // An fp32 step cannot pass the fp32 peak: every reading was taken while something else held
+  // the cores. (bf16's products run on other units: its MFU may pass 100%.)
   if (talk && result.mfu > 1.0 && fp32_products)
     fmt::print(
         "note: MFU above 100%: the fp32 peak readings ({:.1f} GFLOP/s at most) were taken while "
