@@ -98,22 +98,22 @@ void ShardWriter::finish() {
 
 ShardReader::ShardReader(const std::string& path, ShardFormat format)
     : path_(path), file_(path, "token shard file") {
-  map_ = file_.data();
-  map_size_ = file_.size();
-  const bool forge_magic = map_size_ >= 8 && std::memcmp(map_, kForgeMagic, 8) == 0;
-  const bool llmc_magic = map_size_ >= 4 && load_le<int32_t>(map_) == kLlmcMagic;
+  const uint8_t* const map = file_.data();
+  const size_t map_size = file_.size();
+  const bool forge_magic = map_size >= 8 && std::memcmp(map, kForgeMagic, 8) == 0;
+  const bool llmc_magic = map_size >= 4 && load_le<int32_t>(map) == kLlmcMagic;
   if (format == ShardFormat::Auto) {
     if (forge_magic)
       format = ShardFormat::Forge;
     else if (llmc_magic)
       format = ShardFormat::LlmC;
-    else if (map_size_ % 2 == 0)
+    else if (map_size % 2 == 0)
       format = ShardFormat::NanoGPT;
     else
       fail(
           "{}: not a token shard: no forge or llm.c magic and an odd size ({} bytes) for raw "
           "uint16 tokens",
-          path, map_size_);
+          path, map_size);
   }
   format_ = format;
 
@@ -122,18 +122,18 @@ ShardReader::ShardReader(const std::string& path, ShardFormat format)
   switch (format) {
     case ShardFormat::Forge: {
       if (!forge_magic) fail("{}: not a forge token shard (magic \"FRGTOKS\" missing)", path);
-      if (map_size_ < kForgeHeaderBytes)
-        fail("{}: truncated forge shard: {} bytes, header needs {}", path, map_size_,
+      if (map_size < kForgeHeaderBytes)
+        fail("{}: truncated forge shard: {} bytes, header needs {}", path, map_size,
              kForgeHeaderBytes);
-      uint32_t version = load_le<uint32_t>(map_ + 8);
+      uint32_t version = load_le<uint32_t>(map + 8);
       if (version != kForgeVersion)
         fail("{}: forge shard version {} is not supported (expected {})", path, version,
              kForgeVersion);
-      bytes_per_token_ = load_le<uint32_t>(map_ + 12);
+      bytes_per_token_ = load_le<uint32_t>(map + 12);
       if (bytes_per_token_ != 2 && bytes_per_token_ != 4)
         fail("{}: forge shard: bytes per token must be 2 or 4, got {}", path, bytes_per_token_);
-      declared = load_le<uint64_t>(map_ + 16);
-      uint64_t vocab = load_le<uint64_t>(map_ + 24);
+      declared = load_le<uint64_t>(map + 16);
+      uint64_t vocab = load_le<uint64_t>(map + 24);
       if (vocab > UINT32_MAX) fail("{}: forge shard: vocabulary size {} out of range", path, vocab);
       vocab_size_ = static_cast<uint32_t>(vocab);
       header_bytes = kForgeHeaderBytes;
@@ -141,14 +141,14 @@ ShardReader::ShardReader(const std::string& path, ShardFormat format)
     }
     case ShardFormat::LlmC: {
       if (!llmc_magic) fail("{}: not an llm.c token shard (magic 20240520 missing)", path);
-      if (map_size_ < kLlmcHeaderBytes)
-        fail("{}: truncated llm.c shard: {} bytes, header needs {}", path, map_size_,
+      if (map_size < kLlmcHeaderBytes)
+        fail("{}: truncated llm.c shard: {} bytes, header needs {}", path, map_size,
              kLlmcHeaderBytes);
-      int32_t version = load_le<int32_t>(map_ + 4);
+      int32_t version = load_le<int32_t>(map + 4);
       if (version != 1)
         fail("{}: llm.c shard version {} is not supported (expected 1 = uint16 tokens)", path,
              version);
-      int32_t n = load_le<int32_t>(map_ + 8);
+      int32_t n = load_le<int32_t>(map + 8);
       if (n < 0) fail("{}: llm.c shard: negative token count {}", path, n);
       declared = static_cast<uint64_t>(n);
       bytes_per_token_ = 2;
@@ -156,27 +156,27 @@ ShardReader::ShardReader(const std::string& path, ShardFormat format)
       break;
     }
     case ShardFormat::NanoGPT: {
-      if (map_size_ % 2 != 0)
-        fail("{}: raw uint16 token file has an odd size ({} bytes)", path, map_size_);
+      if (map_size % 2 != 0)
+        fail("{}: raw uint16 token file has an odd size ({} bytes)", path, map_size);
       bytes_per_token_ = 2;
-      declared = map_size_ / 2;
+      declared = map_size / 2;
       header_bytes = 0;
       break;
     }
     case ShardFormat::Auto:
       break;
   }
-  const uint64_t available = (map_size_ - header_bytes) / bytes_per_token_;
+  const uint64_t available = (map_size - header_bytes) / bytes_per_token_;
   if (declared > available)
     fail("{}: truncated {} shard: header says {} tokens but the file holds {}", path,
          format_name(format), declared, available);
-  if ((map_size_ - header_bytes) != declared * bytes_per_token_)
+  if ((map_size - header_bytes) != declared * bytes_per_token_)
     fail("{}: {} shard has {} trailing bytes after its {} tokens", path, format_name(format),
-         map_size_ - header_bytes - declared * bytes_per_token_, declared);
+         map_size - header_bytes - declared * bytes_per_token_, declared);
   count_ = static_cast<size_t>(declared);
-  tokens_ = map_ + header_bytes;
+  tokens_ = map + header_bytes;
   if (count_ > 0 && bytes_per_token_ == 2)
-    ::madvise(const_cast<uint8_t*>(map_), map_size_, MADV_WILLNEED);
+    ::madvise(const_cast<uint8_t*>(map), map_size, MADV_WILLNEED);
 }
 
 std::string ShardReader::fingerprint() const {

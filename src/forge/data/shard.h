@@ -62,8 +62,6 @@ class ShardReader {
   std::string path_;
   ShardFormat format_ = ShardFormat::Auto;
   MappedFile file_;
-  const uint8_t* map_ = nullptr;  // file_'s bytes
-  size_t map_size_ = 0;
   const uint8_t* tokens_ = nullptr;
   size_t count_ = 0;
   uint32_t bytes_per_token_ = 2;

@@ -15,6 +15,7 @@
 
 #include "forge/core/error.h"
 #include "forge/io/atomic_file.h"
+#include "forge/kernels/bf16_gemm.h"  // scalar::bf16_to_float
 
 namespace forge {
 
@@ -22,9 +23,6 @@ static_assert(std::endian::native == std::endian::little,
               "safetensors data is little-endian; forge assumes a little-endian host");
 
 namespace {
-
-// bf16 is fp32's upper half.
-float bf16_to_float(uint16_t h) { return std::bit_cast<float>(static_cast<uint32_t>(h) << 16); }
 
 // IEEE half: 1 sign, 5 exponent (bias 15), 10 fraction bits; every value is an fp32 exactly.
 float f16_to_float(uint16_t h) {
@@ -106,14 +104,13 @@ int64_t TensorInfo::numel() const {
 
 SafetensorsFile::SafetensorsFile(const std::string& path)
     : path_(path), file_(path, "safetensors file") {
-  map_ = file_.data();
-  map_size_ = file_.size();
-  const size_t file_size = map_size_;
+  const uint8_t* const map = file_.data();
+  const size_t file_size = file_.size();
   if (file_size < 8)
     fail("{}: not a safetensors file: {} bytes, shorter than the 8-byte header length", path,
          file_size);
   uint64_t header_len = 0;
-  std::memcpy(&header_len, map_, 8);
+  std::memcpy(&header_len, map, 8);
   if (header_len > kMaxHeaderBytes || header_len > file_size - 8)
     fail("{}: not a safetensors file: header length {} does not fit in the file of {} bytes", path,
          header_len, file_size);
@@ -122,8 +119,8 @@ SafetensorsFile::SafetensorsFile(const std::string& path)
 
   json header;
   try {
-    header = json::parse(reinterpret_cast<const char*>(map_ + 8),
-                         reinterpret_cast<const char*>(map_ + data_start_));
+    header = json::parse(reinterpret_cast<const char*>(map + 8),
+                         reinterpret_cast<const char*>(map + data_start_));
   } catch (const json::parse_error& e) {
     fail("{}: malformed safetensors header JSON at byte {}: {}", path, 8 + e.byte, e.what());
   }
@@ -217,7 +214,7 @@ std::vector<std::string> SafetensorsFile::names() const {
 }
 
 const void* SafetensorsFile::data(const std::string& name) const {
-  return map_ + data_start_ + info(name).offset;
+  return file_.data() + data_start_ + info(name).offset;
 }
 
 void SafetensorsFile::read_f32(const std::string& name, const std::vector<int64_t>& shape,
@@ -240,7 +237,7 @@ void SafetensorsFile::read_f32(const std::string& name, const std::vector<int64_
   for (int64_t i = 0; i < n; ++i) {
     uint16_t h = 0;
     std::memcpy(&h, src + 2 * i, 2);
-    dst[i] = ti.dtype == DType::BF16 ? bf16_to_float(h) : f16_to_float(h);
+    dst[i] = ti.dtype == DType::BF16 ? kernels::scalar::bf16_to_float(h) : f16_to_float(h);
   }
 }
 

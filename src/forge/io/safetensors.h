@@ -46,8 +46,6 @@ class SafetensorsFile {
   std::map<std::string, TensorInfo> tensors_;
   std::map<std::string, std::string> metadata_;
   MappedFile file_;
-  const uint8_t* map_ = nullptr;  // file_'s bytes
-  size_t map_size_ = 0;
   size_t data_start_ = 0;
 };
 
