@@ -27,6 +27,7 @@
 #include "forge/kernels/gemm.h"
 #include "forge/kernels/layernorm.h"
 #include "forge/kernels/linear.h"
+#include "forge/kernels/rmsnorm.h"
 #include "forge/numerics/numerics.h"
 #include "test_util.h"
 
@@ -249,6 +250,83 @@ TEST(Kernels, LinearSiblingsMatchFloat64) {
     check_linear_siblings(profile, true);
     check_linear_siblings(profile, false);
   }
+}
+
+// Parameter gradients that sum over the B T rows (biases, norm weights) sum them in double.
+// Summed in fp32, small's first step put its bias gradients ten times as far from float64
+// as PyTorch's, and a query bias with a gradient under AdamW's eps past the alignment gate's
+// bound. Every term here has its column's sign, so that the float64 sum has no cancellation
+// to hide behind: a sum in double, rounded once, is within an ulp or two of it, where a running
+// fp32 sum over 65537 rows is off by hundreds.
+void ParameterGradientsSumTheirRowsInDouble_body() {
+  const int N = 65537, OC = 37;
+  std::mt19937 rng(90);
+  std::uniform_real_distribution<float> around_one(0.5f, 1.5f);
+  Floats dout(size_t(N) * OC);
+  for (float& v : dout) v = around_one(rng);
+  // within `ulps` of the float64 truth, relative to it
+  auto near = [](float got, double truth, double ulps) {
+    return std::abs(got - truth) <= ulps * std::ldexp(std::abs(truth), -24);
+  };
+  Doubles column_sums(OC);
+  for (int n = 0; n < N; ++n)
+    for (int o = 0; o < OC; ++o) column_sums[o] += dout[size_t(n) * OC + o];
+  Floats dbias(OC), dbias_rows(OC), dbias_operands(OC);
+  std::vector<uint16_t> g(dout.size()), gt(dout.size());
+  cpu::bias_gradient(dbias.data(), dout.data(), N, OC);
+  cpu::bf16_gradient_rows(g.data(), dbias_rows.data(), dout.data(), N, OC);
+  cpu::bf16_gradient_operands(g.data(), gt.data(), dbias_operands.data(), dout.data(), N, OC);
+  for (int o = 0; o < OC; ++o) {
+    EXPECT_TRUE(near(dbias[o], column_sums[o], 1.0))
+        << o << ": " << dbias[o] << " vs " << column_sums[o];
+    EXPECT_EQ(dbias_rows[o], dbias[o]) << o;
+    EXPECT_EQ(dbias_operands[o], dbias[o]) << o;
+  }
+  // The norms: rows [a, -a, b, -b] (a, b in [0.5, 1.5]) have zero mean and a normalized value
+  // of a fixed sign in each column, and every output gradient is positive.
+  const int C = 4;
+  Floats x(size_t(N) * C), d(size_t(N) * C), w(C, 1.0f), zeros(C, 0.0f);
+  for (int n = 0; n < N; ++n) {
+    const float a = around_one(rng), b = around_one(rng);
+    const float row[C] = {a, -a, b, -b};
+    std::copy(row, row + C, x.begin() + size_t(n) * C);
+    for (int c = 0; c < C; ++c) d[size_t(n) * C + c] = around_one(rng);
+  }
+  Doubles ln_dw(C), ln_db(C), rms_dw(C);
+  const float eps = 1e-5f;
+  for (int n = 0; n < N; ++n) {
+    const float* r = x.data() + size_t(n) * C;
+    double mean = 0.0, var = 0.0, ms = 0.0;
+    for (int c = 0; c < C; ++c) mean += r[c] / double(C);
+    for (int c = 0; c < C; ++c) var += (r[c] - mean) * (r[c] - mean) / C;
+    for (int c = 0; c < C; ++c) ms += double(r[c]) * r[c] / C;
+    for (int c = 0; c < C; ++c) {
+      const double dv = d[size_t(n) * C + c];
+      ln_dw[c] += dv * (r[c] - mean) / std::sqrt(var + eps);
+      ln_db[c] += dv;
+      rms_dw[c] += dv * r[c] / std::sqrt(ms + eps);
+    }
+  }
+  Floats out(x.size()), mean(N), rstd(N), dx(x.size()), dw(C), db(C);
+  cpu::layernorm_forward(out.data(), mean.data(), rstd.data(), x.data(), w.data(), zeros.data(), N,
+                         C, eps);
+  cpu::layernorm_backward(dx.data(), dw.data(), db.data(), d.data(), x.data(), w.data(),
+                          mean.data(), rstd.data(), N, C);
+  // (dweight's terms carry the fp32 normalized values: a few ulps, each of its own sign's)
+  for (int c = 0; c < C; ++c) {
+    EXPECT_TRUE(near(db[c], ln_db[c], 1.0)) << "layernorm dbias " << c;
+    EXPECT_TRUE(near(dw[c], ln_dw[c], 4.0))
+        << "layernorm dweight " << c << ": " << dw[c] << " vs " << ln_dw[c];
+  }
+  cpu::rmsnorm_forward(out.data(), rstd.data(), x.data(), w.data(), N, C, eps);
+  cpu::rmsnorm_backward(dx.data(), dw.data(), d.data(), x.data(), w.data(), rstd.data(), N, C);
+  for (int c = 0; c < C; ++c)
+    EXPECT_TRUE(near(dw[c], rms_dw[c], 4.0))
+        << "rmsnorm dweight " << c << ": " << dw[c] << " vs " << rms_dw[c];
+}
+
+TEST(Kernels, ParameterGradientsSumTheirRowsInDouble) {
+  for_each_isa(ParameterGradientsSumTheirRowsInDouble_body);
 }
 
 TEST(Kernels, SplitAndJoinColumnsAreInverse) {

@@ -81,9 +81,9 @@ void bf16_gradient_operands(uint16_t* g, uint16_t* gt, float* dbias, const float
     }
   if (dbias)
     for (int o = 0; o < OC; ++o) {
-      float acc = 0.0f;
+      double acc = 0.0;
       for (int n = 0; n < N; ++n) acc += dout[static_cast<size_t>(n) * OC + o];
-      dbias[o] = acc;
+      dbias[o] = static_cast<float>(acc);
     }
 }
 
@@ -291,7 +291,7 @@ void to_bf16(uint16_t* out, const float* in, size_t n) {
 
 namespace {
 
-// Columns a thread takes at a time: their dbias accumulators (2 KiB) stay in L1.
+// Columns a thread takes at a time: their dbias accumulators (4 KiB) stay in L1.
 constexpr int kGradientColumns = 512;
 // Rows per band: each of gt's rows then takes a whole 64-byte line (32 bf16) from one block.
 constexpr int kGradientRows = 32;
@@ -299,32 +299,43 @@ constexpr int kGradientRows = 32;
 constexpr int kPrefetchBlocks = 4;
 
 // Rows [0, 32) by columns [0, 16) of dout (rows ldd apart), whole: each row rounded to bf16 in
-// a register and added into acc (16 column sums, in row order; null: none), and the block
+// a register and added into acc (16 column sums in double, in row order; null: none), and the block
 // written transposed into gt: 16 rows of 32 values (a whole 64-byte line each), ldgt apart.
 // Neither the rounded rows nor the fp32 values leave the registers: the pass reads dout once
 // and writes g and gt once. ahead (null: none), a block a few blocks later, is prefetched:
 // the 32 rows are 32 streams, a row apart, more than the hardware prefetchers follow.
 __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16"))) void round_transpose_32x16(
-    uint16_t* g, uint16_t* gt, size_t ldgt, float* acc, const float* dout, size_t ldd,
+    uint16_t* g, uint16_t* gt, size_t ldgt, double* acc, const float* dout, size_t ldd,
     const float* ahead) {
   if (ahead)
     for (int i = 0; i < kGradientRows; ++i)
       _mm_prefetch(reinterpret_cast<const char*>(ahead + static_cast<size_t>(i) * ldd),
                    _MM_HINT_T0);
   __m256i top[16], bottom[16], rows[16];
-  __m512 sum = acc ? _mm512_loadu_ps(acc) : _mm512_setzero_ps();
+  __m512d sum_lo = acc ? _mm512_loadu_pd(acc) : _mm512_setzero_pd(),
+          sum_hi = acc ? _mm512_loadu_pd(acc + 8) : _mm512_setzero_pd();
   for (int half = 0; half < 2; ++half) {
     for (int i = 0; i < 16; ++i) {
       const float* in = dout + static_cast<size_t>(16 * half + i) * ldd;
       const __m512 x = _mm512_loadu_ps(in);
-      sum = _mm512_add_ps(sum, x);
+      // (the maskz forms: gcc 12 warns of the plain ones' undefined pass-through operand)
+      const __m512d halves = _mm512_castps_pd(x);
+      sum_lo = _mm512_add_pd(
+          sum_lo, _mm512_maskz_cvtps_pd(
+                      0xff, _mm256_castpd_ps(_mm512_maskz_extractf64x4_pd(0xff, halves, 0))));
+      sum_hi = _mm512_add_pd(
+          sum_hi, _mm512_maskz_cvtps_pd(
+                      0xff, _mm256_castpd_ps(_mm512_maskz_extractf64x4_pd(0xff, halves, 1))));
       rows[i] = bf16_lanes16(in, x);
       _mm256_storeu_si256(reinterpret_cast<__m256i*>(g + static_cast<size_t>(16 * half + i) * ldd),
                           rows[i]);
     }
     transpose16(half ? bottom : top, rows);
   }
-  if (acc) _mm512_storeu_ps(acc, sum);
+  if (acc) {
+    _mm512_storeu_pd(acc, sum_lo);
+    _mm512_storeu_pd(acc + 8, sum_hi);
+  }
   for (int c = 0; c < 16; ++c) {
     _mm256_storeu_si256(reinterpret_cast<__m256i*>(gt + c * ldgt), top[c]);
     _mm256_storeu_si256(reinterpret_cast<__m256i*>(gt + c * ldgt + 16), bottom[c]);
@@ -333,7 +344,7 @@ __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16"))) void round_trans
 
 // The same for a block of any size up to 32 x 16 (the edges of dout, or a CPU without
 // avx512_bf16): rows rounded 16 at a time into a small buffer, then transposed from there.
-void round_transpose_block(uint16_t* g, uint16_t* gt, size_t ldgt, float* acc, const float* dout,
+void round_transpose_block(uint16_t* g, uint16_t* gt, size_t ldgt, double* acc, const float* dout,
                            size_t ldd, int rows, int cols, bool avx2) {
   alignas(32) uint16_t rounded[16 * 16];
   for (int r0 = 0; r0 < rows; r0 += 16) {
@@ -375,15 +386,15 @@ void bf16_gradient_operands(uint16_t* g, uint16_t* gt, float* dbias, const float
   {
     const Range share = thread_share(OC, 16, omp_get_thread_num(), omp_get_num_threads());
     const int lo = static_cast<int>(share.begin), hi = static_cast<int>(share.end);
-    alignas(64) float acc[kGradientColumns];
+    alignas(64) double acc[kGradientColumns];
     for (int c_lo = lo; c_lo < hi; c_lo += kGradientColumns) {
       const int c_hi = std::min(hi, c_lo + kGradientColumns);
-      std::fill(acc, acc + (c_hi - c_lo), 0.0f);
+      std::fill(acc, acc + (c_hi - c_lo), 0.0);
       for (int r = 0; r < N; r += kGradientRows) {
         const int rows = std::min(kGradientRows, N - r);
         for (int c = c_lo; c < c_hi; c += 16) {
           const int cols = std::min(16, c_hi - c);
-          float* sums = dbias ? acc + (c - c_lo) : nullptr;
+          double* sums = dbias ? acc + (c - c_lo) : nullptr;
           const float* src = dout + static_cast<size_t>(r) * ldd + c;
           uint16_t* dst = gt + static_cast<size_t>(c) * ldgt + r;
           uint16_t* row_major = g + static_cast<size_t>(r) * ldd + c;
@@ -394,7 +405,8 @@ void bf16_gradient_operands(uint16_t* g, uint16_t* gt, float* dbias, const float
             round_transpose_block(row_major, dst, ldgt, sums, src, ldd, rows, cols, avx2);
         }
       }
-      if (dbias) std::copy(acc, acc + (c_hi - c_lo), dbias + c_lo);
+      if (dbias)
+        for (int c = c_lo; c < c_hi; ++c) dbias[c] = static_cast<float>(acc[c - c_lo]);
     }
   }
 }

@@ -51,7 +51,8 @@ void bf16_linear_backward(Real* dinp, Real* dweight, Real* dbias, const float* d
 
 // The output gradient's operands for the native backward: g = bf16_bits(dout) (N x OC), gt =
 // g transposed (OC x N) and, when dbias is not null, dbias[o] = the sum of
-// dout[n][o] over n = 0, 1, ..., N-1 in that order, in fp32, from the unrounded values.
+// dout[n][o] over n = 0, 1, ..., N-1 in that order, in double (rounded to fp32 once), from
+// the unrounded values: bias_gradient's sums (linear.h).
 void bf16_gradient_operands(uint16_t* g, uint16_t* gt, float* dbias, const float* dout, int N,
                             int OC);
 

@@ -39,7 +39,7 @@ void split_columns(float* const* outs, const int* widths, int count, const float
 void join_columns(float* stacked, const float* const* ins, const int* widths, int count, int N);
 // The two bias passes, shared with the bf16 linear kernels: every row of out[N, OC] set to
 // bias (the GEMM then accumulates onto it), and dbias[o] = sum over rows of dout[n, o], each
-// column summed in row order whatever the thread count.
+// column summed in row order in double (rounded to fp32 once) whatever the thread count.
 void fill_rows_with_bias(float* out, const float* bias, int N, int OC);
 void bias_gradient(float* dbias, const float* dout, int N, int OC);
 
@@ -54,13 +54,16 @@ void column_sums_of(float* sums, int N, int OC, RowValues&& row_values) {
 #pragma omp parallel for schedule(static)
   for (int chunk = 0; chunk < chunks; ++chunk) {
     const int o0 = chunk * kColumnChunk, o1 = std::min(OC, o0 + kColumnChunk);
-    float acc[kColumnChunk] = {};
+    // In double: summed in fp32 over N rows, small's bias gradients were ten times as far from
+    // float64 as PyTorch's (whose reductions sum in cascades), enough on its first step to
+    // move a query bias with a gradient under AdamW's eps past the alignment gate's bound.
+    double acc[kColumnChunk] = {};
     alignas(64) float buf[kColumnChunk];
     for (int n = 0; n < N; ++n) {
       const float* r = row_values(n, o0, o1, buf);
       for (int o = 0; o < o1 - o0; ++o) acc[o] += r[o];
     }
-    for (int o = o0; o < o1; ++o) sums[o] = acc[o - o0];
+    for (int o = o0; o < o1; ++o) sums[o] = static_cast<float>(acc[o - o0]);
   }
 }
 
