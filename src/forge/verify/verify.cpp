@@ -364,6 +364,9 @@ int run_verify(const VerifyOptions& o) {
   if (profile != "fast" && profile != "torch-cpu" && profile != "bf16")
     fail("--profile: expected fast | torch-cpu | bf16, got '{}'", profile);
   const std::string required = required_rung(gate, profile);
+  // Whether the profile's products are bf16: its PyTorch peers then run under CPU bf16
+  // autocast (the calibration and perf's reference), asked of the profile, as bench does.
+  const bool bf16_products = std::string(make_numerics(profile)->matmul_dtype()) == "bf16";
   if (o.calibrate &&
       ((gate != "alignment" && gate != "multistep" && gate != "dp") || profile == "torch-cpu"))
     fail(
@@ -513,7 +516,7 @@ int run_verify(const VerifyOptions& o) {
   probe_python(cmp_python, "numpy, matplotlib", "comparer interpreter", r.logs);
   // --calibrate's second PyTorch, probed before anything runs.
   std::string calibration_python, calibration_desc;
-  if (o.calibrate && profile == "bf16") {
+  if (o.calibrate && bf16_products) {
     calibration_python = ref_python;
     calibration_desc =
         fmt::format("PyTorch {} under CPU bf16 autocast (`{}`)", torch_version, ref_python);
@@ -558,7 +561,7 @@ int run_verify(const VerifyOptions& o) {
   const auto calibrate = [&](std::vector<std::string> dump_args, const std::string& threads) {
     auto cal = pytorch_run(calibration_python, "calibration-dump", "calibration.jsonl",
                            std::move(dump_args), threads);
-    if (profile == "bf16") cal = with(cal, {"--autocast", "bf16"});
+    if (bf16_products) cal = with(cal, {"--autocast", "bf16"});
     r.run(fmt::format("second PyTorch trains {} step(s) with dumps (calibration)", steps),
           "calibration.log", cal, py_env);
   };
@@ -711,7 +714,7 @@ int run_verify(const VerifyOptions& o) {
       // The peer is PyTorch at its best (BENCHMARKS.md): glibc malloc tuned so that large
       // activations are not returned to the kernel every step; for bf16, CPU autocast.
       ref_env.insert(torch_malloc_tuning().begin(), torch_malloc_tuning().end());
-      if (profile == "bf16") ref = with(ref, {"--autocast", "bf16"});
+      if (bf16_products) ref = with(ref, {"--autocast", "bf16"});
     }
     r.run(fmt::format("engine trains {} steps", steps), "engine.log", eng);
     r.run(fmt::format("reference trains {} steps", steps), "reference.log", ref, ref_env);
