@@ -1,4 +1,5 @@
 // Token shards (all three formats), the byte tokenizer and corpus preparation.
+#include <fcntl.h>
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -305,34 +306,49 @@ TEST(DataShard, FingerprintStandsForTheTokens) {
   EXPECT_NE(fingerprint("large4.bin", last), large_base);
 }
 
-// A shard truncated in place under a run that has it mapped: the next read of a page past its
-// new end is a SIGBUS, which must end the process with a line naming the file.
-TEST(DataShardDeathTest, TruncatedInPlaceWhileMappedEndsWithTheFilesName) {
-  GTEST_FLAG_SET(death_test_style, "threadsafe");
+// Mappings made and dropped, more than the SIGBUS handler's list holds: their slots come back.
+TEST(DataShard, MappingsGiveTheirSlotsBack) {
   TempDir dir;
-  const std::string path = dir / "cut-short.bin";
-  const auto tokens = random_tokens(200000, 50257, 7);  // 400 KB: many pages
+  const std::string path = dir / "shard.bin";
+  const auto tokens = random_tokens(2000, 50257, 7);
   forge::ShardWriter w(path, 50257);
   w.append(tokens.data(), tokens.size());
   w.finish();
-  const std::string other_path = dir / "other.bin";
-  forge::ShardWriter w2(other_path, 50257);
-  w2.append(tokens.data(), tokens.size());
-  w2.finish();
-  // More mappings than the handler's list holds, made and dropped: their slots come back.
   for (int i = 0; i < 200; ++i) EXPECT_EQ(forge::ShardReader(path).size(), tokens.size());
-  EXPECT_EXIT(
-      {
-        forge::install_mapped_file_bus_handler();
-        forge::ShardReader other(other_path);  // mapped too: the line names the right file
-        forge::ShardReader r(path);
-        if (::truncate(path.c_str(), 4096) != 0) std::_Exit(3);
-        std::vector<int32_t> out(r.size());
-        r.read(0, r.size(), out.data());
-        std::_Exit(0);
-      },
-      ::testing::ExitedWithCode(1),
-      "forge: error: .*cut-short\\.bin: the file was truncated or rewritten in place");
+}
+
+// A shard truncated in place under a run that has it mapped: the next read of a page past its
+// new end is a SIGBUS, which must end the process with a line naming the file.
+// The death tests' children run the test from its start (the threadsafe style) and end inside
+// EXPECT_EXIT, past every destructor: so the test makes nothing outside its statements, and this
+// one removes its files (mapped and open, they stay readable) before the fault.
+[[noreturn]] void read_a_shard_truncated_under_it() {
+  forge::install_mapped_file_bus_handler();
+  std::string dir = (std::filesystem::temp_directory_path() / "forge_test_XXXXXX").string();
+  if (!::mkdtemp(dir.data())) std::_Exit(3);
+  const std::string path = dir + "/cut-short.bin";
+  const std::string other_path = dir + "/other.bin";
+  const auto tokens = random_tokens(200000, 50257, 7);  // 400 KB: many pages
+  for (const std::string& p : {path, other_path}) {
+    forge::ShardWriter w(p, 50257);
+    w.append(tokens.data(), tokens.size());
+    w.finish();
+  }
+  forge::ShardReader other(other_path);  // mapped too: the line names the right file
+  forge::ShardReader r(path);
+  const int fd = ::open(path.c_str(), O_WRONLY);
+  std::error_code ec;
+  std::filesystem::remove_all(dir, ec);
+  if (fd < 0 || ec || ::ftruncate(fd, 4096) != 0) std::_Exit(3);
+  std::vector<int32_t> out(r.size());
+  r.read(0, r.size(), out.data());
+  std::_Exit(0);
+}
+
+TEST(DataShardDeathTest, TruncatedInPlaceWhileMappedEndsWithTheFilesName) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  EXPECT_EXIT(read_a_shard_truncated_under_it(), ::testing::ExitedWithCode(1),
+              "forge: error: .*cut-short\\.bin: the file was truncated or rewritten in place");
   // A SIGBUS outside every mapping still ends with a line, a generic one.
   EXPECT_EXIT(
       {

@@ -257,7 +257,7 @@ TEST(Kernels, LinearSiblingsMatchFloat64) {
 // as PyTorch's, and a query bias with a gradient under AdamW's eps past the alignment gate's
 // bound. Every term here has its column's sign, so that the float64 sum has no cancellation
 // to hide behind: a sum in double, rounded once, is within an ulp or two of it, where a running
-// fp32 sum over 65537 rows is off by hundreds.
+// fp32 sum over 65537 rows is off by dozens.
 void ParameterGradientsSumTheirRowsInDouble_body() {
   const int N = 65537, OC = 37;
   std::mt19937 rng(90);
