@@ -57,19 +57,54 @@ TEST(Kernels, EmbeddingForwardBackward) {
   EXPECT_LT(rel_l2(out, ref), 1e-7);
 
   // dwte accumulates onto what the tied head wrote; dwpe is overwritten (start it dirty).
+  // V = 61 for 39 positions: many tokens repeat.
   const Floats dout = random_floats(B * T * C, 4);
-  Floats dwte = random_floats(V * C, 5), dwpe = random_floats(T * C, 6);
+  const Floats dwte_before = random_floats(V * C, 5);
+  Floats dwte = dwte_before, dwpe = random_floats(T * C, 6);
   Doubles dwte64 = widen(dwte), dwpe64(T * C, 123.0);
-  cpu::embedding_backward(dwte.data(), dwpe.data(), dout.data(), tokens.data(), B, T, C);
+  std::vector<int64_t> scratch(cpu::embedding_backward_scratch(B, T));
+  cpu::embedding_backward(dwte.data(), dwpe.data(), dout.data(), tokens.data(), B, T, C,
+                          scratch.data());
   scalar::embedding_backward(dwte64.data(), dwpe64.data(), widen(dout).data(), tokens.data(), B, T,
                              C);
   EXPECT_LT(rel_l2(dwte, dwte64), kTol);
   EXPECT_LT(rel_l2(dwpe, dwpe64), kTol);
 
+  // The same sums in the same order as the scalar reference on fp32: the same bits.
+  Floats dwte32 = dwte_before, dwpe32(T * C, 123.0f);
+  scalar::embedding_backward(dwte32.data(), dwpe32.data(), dout.data(), tokens.data(), B, T, C);
+  EXPECT_EQ(dwte, dwte32);
+  EXPECT_EQ(dwpe, dwpe32);
+
   // Without positions, dwpe is null and only dwte changes.
-  Floats dwte2 = random_floats(V * C, 5);
-  cpu::embedding_backward(dwte2.data(), nullptr, dout.data(), tokens.data(), B, T, C);
+  Floats dwte2 = dwte_before;
+  cpu::embedding_backward(dwte2.data(), nullptr, dout.data(), tokens.data(), B, T, C,
+                          scratch.data());
   EXPECT_EQ(dwte2, dwte);
+}
+
+// A token that fills the batch: its row's gradient is one rounding of the float64 sum, not one
+// per position (fp32 addition row after row drifts by many ulps over 4099 same-signed terms).
+TEST(Kernels, EmbeddingGradientRoundsEachTokenOnce) {
+  const int B = 1, T = 4099, C = 19;
+  const std::vector<int32_t> tokens(T, 3);
+  Floats dout = random_floats(T * C, 7);
+  for (auto& x : dout) x = 1.0f + std::fabs(x) / 3.0f;
+  const Floats head = random_floats(5 * C, 8);  // the tied head's gradient, added to first
+  Floats dwte = head, dwpe(T * C);
+  std::vector<int64_t> scratch(cpu::embedding_backward_scratch(B, T));
+  cpu::embedding_backward(dwte.data(), dwpe.data(), dout.data(), tokens.data(), B, T, C,
+                          scratch.data());
+  for (int c = 0; c < C; ++c) {
+    double exact = head[3 * C + c];
+    for (int t = 0; t < T; ++t) exact += dout[static_cast<size_t>(t) * C + c];
+    const float got = dwte[3 * C + c];
+    EXPECT_LE(std::fabs(static_cast<double>(got) - exact),
+              std::fabs(static_cast<double>(std::nextafter(got, 0.0f)) - got))
+        << "channel " << c;
+  }
+  for (int v : {0, 1, 2, 4})  // the tokens the batch lacks keep their gradient bit for bit
+    for (int c = 0; c < C; ++c) EXPECT_EQ(dwte[v * C + c], head[v * C + c]);
 }
 
 // --- layernorm -----------------------------------------------------------------------

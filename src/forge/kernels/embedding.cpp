@@ -22,16 +22,26 @@ void embedding_forward(Real* out, const int32_t* tokens, const Real* wte, const 
 template <typename Real>
 void embedding_backward(Real* dwte, Real* dwpe, const Real* dout, const int32_t* tokens, int B,
                         int T, int C) {
-  if (dwpe) std::fill(dwpe, dwpe + static_cast<size_t>(T) * C, Real(0));
-  for (int b = 0; b < B; ++b)
-    for (int t = 0; t < T; ++t) {
-      const size_t row = static_cast<size_t>(b) * T + t;
-      Real* dw = dwte + static_cast<size_t>(tokens[row]) * C;
-      for (int c = 0; c < C; ++c) {
-        dw[c] += dout[row * C + c];
-        if (dwpe) dwpe[static_cast<size_t>(t) * C + c] += dout[row * C + c];
-      }
+  const int N = B * T;
+  for (int row = 0; row < N; ++row) {
+    const int32_t v = tokens[row];
+    if (std::find(tokens, tokens + row, v) != tokens + row) continue;  // summed at its first row
+    Real* dw = dwte + static_cast<size_t>(v) * C;
+    for (int c = 0; c < C; ++c) {
+      double sum = 0.0;
+      for (int r = row; r < N; ++r)
+        if (tokens[r] == v) sum += static_cast<double>(dout[static_cast<size_t>(r) * C + c]);
+      dw[c] = static_cast<Real>(static_cast<double>(dw[c]) + sum);
     }
+  }
+  if (dwpe)
+    for (int t = 0; t < T; ++t)
+      for (int c = 0; c < C; ++c) {
+        double sum = 0.0;
+        for (int b = 0; b < B; ++b)
+          sum += static_cast<double>(dout[(static_cast<size_t>(b) * T + t) * C + c]);
+        dwpe[static_cast<size_t>(t) * C + c] = static_cast<Real>(sum);
+      }
 }
 
 template void embedding_forward<float>(float*, const int32_t*, const float*, const float*, int, int,
@@ -59,30 +69,53 @@ void embedding_forward(float* out, const int32_t* tokens, const float* wte, cons
   }
 }
 
+size_t embedding_backward_scratch(int B, int T) { return 2 * static_cast<size_t>(B) * T + 1; }
+
 void embedding_backward(float* dwte, float* dwpe, const float* dout, const int32_t* tokens, int B,
-                        int T, int C) {
-  // Several rows may hit the same token, so threads split the channels instead of the rows:
-  // no two threads ever write the same float, and the summation order over rows is fixed.
-  constexpr int kChunk = 64;
-  const int chunks = (C + kChunk - 1) / kChunk;
+                        int T, int C, int64_t* scratch) {
+  // The positions sorted by token (the position in the key's low half keeps each token's rows
+  // in position order), then where each token's run of them begins.
+  const int N = B * T;
+  int64_t* key = scratch;      // [N]
+  int64_t* run = scratch + N;  // [runs + 1]
+  for (int i = 0; i < N; ++i)
+    key[i] = static_cast<int64_t>(static_cast<uint32_t>(tokens[i])) << 32 | i;
+  std::sort(key, key + N);
+  int runs = 0;
+  for (int i = 0; i < N; ++i)
+    if (i == 0 || key[i] >> 32 != key[i - 1] >> 32) run[runs++] = i;
+  run[runs] = N;
+
+  // One thread owns each token's row, so no two threads write the same float and the order
+  // does not depend on the thread count.
+  constexpr int kBlock = 64;
 #pragma omp parallel for schedule(static)
-  for (int chunk = 0; chunk < chunks; ++chunk) {
-    const int c0 = chunk * kChunk, c1 = std::min(C, c0 + kChunk);
-    for (int row = 0; row < B * T; ++row) {
-      float* dw = dwte + static_cast<size_t>(tokens[row]) * C;
-      const float* d = dout + static_cast<size_t>(row) * C;
-      for (int c = c0; c < c1; ++c) dw[c] += d[c];
-    }
-    if (dwpe) {
-      for (int t = 0; t < T; ++t) {
-        float* dp = dwpe + static_cast<size_t>(t) * C;
-        for (int c = c0; c < c1; ++c) dp[c] = 0.0f;
-        for (int b = 0; b < B; ++b) {
-          const float* d = dout + (static_cast<size_t>(b) * T + t) * C;
-          for (int c = c0; c < c1; ++c) dp[c] += d[c];
-        }
+  for (int r = 0; r < runs; ++r) {
+    float* dw = dwte + static_cast<size_t>(key[run[r]] >> 32) * C;
+    for (int c0 = 0; c0 < C; c0 += kBlock) {
+      const int width = std::min(kBlock, C - c0);
+      double sum[kBlock] = {};
+      for (int64_t k = run[r]; k < run[r + 1]; ++k) {
+        const float* d = dout + static_cast<size_t>(key[k] & 0xffffffff) * C + c0;
+        for (int c = 0; c < width; ++c) sum[c] += static_cast<double>(d[c]);
       }
+      for (int c = 0; c < width; ++c)
+        dw[c0 + c] = static_cast<float>(static_cast<double>(dw[c0 + c]) + sum[c]);
     }
+  }
+  if (dwpe) {
+#pragma omp parallel for schedule(static)
+    for (int t = 0; t < T; ++t)
+      for (int c0 = 0; c0 < C; c0 += kBlock) {
+        const int width = std::min(kBlock, C - c0);
+        double sum[kBlock] = {};
+        for (int b = 0; b < B; ++b) {
+          const float* d = dout + (static_cast<size_t>(b) * T + t) * C + c0;
+          for (int c = 0; c < width; ++c) sum[c] += static_cast<double>(d[c]);
+        }
+        for (int c = 0; c < width; ++c)
+          dwpe[static_cast<size_t>(t) * C + c0 + c] = static_cast<float>(sum[c]);
+      }
   }
 }
 

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <memory>
+#include <vector>
 
 #include "forge/core/error.h"
 #include "forge/core/float_buffer.h"
@@ -57,6 +58,7 @@ class FastNumerics final : public Numerics {
       room = std::max(room, k::linear_weight_workspace_floats(in, out));
     weight_workspace_.resize(room);
     stacked_.resize(stacked_siblings_floats(shape));
+    embedding_order_.resize(k::embedding_backward_scratch(shape.B, shape.T));
   }
 
   void embedding_forward(float* out, const int32_t* tokens, const float* wte, const float* wpe,
@@ -65,7 +67,10 @@ class FastNumerics final : public Numerics {
   }
   void embedding_backward(float* dwte, float* dwpe, const float* dout, const int32_t* tokens, int B,
                           int T, int C) override {
-    k::embedding_backward(dwte, dwpe, dout, tokens, B, T, C);
+    // Planned for the step's batch; only a caller that planned none (a kernel test) grows it.
+    if (const size_t need = k::embedding_backward_scratch(B, T); embedding_order_.size() < need)
+      embedding_order_.resize(need);
+    k::embedding_backward(dwte, dwpe, dout, tokens, B, T, C, embedding_order_.data());
   }
 
   void layernorm_forward(float* out, float* mean, float* rstd, const float* inp,
@@ -153,6 +158,7 @@ class FastNumerics final : public Numerics {
  private:
   FloatBuffer weight_workspace_;
   FloatBuffer stacked_;  // a stacked layer's product in forward, its output gradient in backward
+  std::vector<int64_t> embedding_order_;  // the batch's positions sorted by token
 };
 
 }  // namespace
