@@ -76,6 +76,18 @@ TEST(Kernels, EmbeddingForwardBackward) {
   EXPECT_EQ(dwte, dwte32);
   EXPECT_EQ(dwpe, dwpe32);
 
+  // Each token's row is one thread's: any team gives the same bits.
+  const int saved_threads = omp_get_max_threads();
+  for (int threads : {1, 3}) {
+    omp_set_num_threads(threads);
+    Floats dwte_team = dwte_before, dwpe_team(T * C);
+    cpu::embedding_backward(dwte_team.data(), dwpe_team.data(), dout.data(), tokens.data(), B, T, C,
+                            scratch.data());
+    EXPECT_EQ(dwte_team, dwte) << threads << " threads";
+    EXPECT_EQ(dwpe_team, dwpe) << threads << " threads";
+  }
+  omp_set_num_threads(saved_threads);
+
   // Without positions, dwpe is null and only dwte changes.
   Floats dwte2 = dwte_before;
   cpu::embedding_backward(dwte2.data(), nullptr, dout.data(), tokens.data(), B, T, C,
