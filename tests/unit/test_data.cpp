@@ -321,13 +321,12 @@ TEST(DataShard, MappingsGiveTheirSlotsBack) {
 // new end is a SIGBUS, which must end the process with a line naming the file.
 // The death tests' children run the test from its start (the threadsafe style) and end inside
 // EXPECT_EXIT, past every destructor: so the test makes nothing outside its statements, and this
-// one removes its files (mapped and open, they stay readable) before the fault.
+// one removes its folder (its files, mapped and open, stay readable) before the fault.
 [[noreturn]] void read_a_shard_truncated_under_it() {
   forge::install_mapped_file_bus_handler();
-  std::string dir = (std::filesystem::temp_directory_path() / "forge_test_XXXXXX").string();
-  if (!::mkdtemp(dir.data())) std::_Exit(3);
-  const std::string path = dir + "/cut-short.bin";
-  const std::string other_path = dir + "/other.bin";
+  TempDir dir;  // removed by hand below: its destructor never runs
+  const std::string path = dir / "cut-short.bin";
+  const std::string other_path = dir / "other.bin";
   const auto tokens = random_tokens(200000, 50257, 7);  // 400 KB: many pages
   for (const std::string& p : {path, other_path}) {
     forge::ShardWriter w(p, 50257);
@@ -338,7 +337,7 @@ TEST(DataShard, MappingsGiveTheirSlotsBack) {
   forge::ShardReader r(path);
   const int fd = ::open(path.c_str(), O_WRONLY);
   std::error_code ec;
-  std::filesystem::remove_all(dir, ec);
+  std::filesystem::remove_all(dir.path(), ec);
   if (fd < 0 || ec || ::ftruncate(fd, 4096) != 0) std::_Exit(3);
   std::vector<int32_t> out(r.size());
   r.read(0, r.size(), out.data());

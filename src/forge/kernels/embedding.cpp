@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cstddef>
 
+#include "forge/kernels/linear.h"
+
 namespace forge::kernels {
 
 namespace scalar {
@@ -103,20 +105,9 @@ void embedding_backward(float* dwte, float* dwpe, const float* dout, const int32
         dw[c0 + c] = static_cast<float>(static_cast<double>(dw[c0 + c]) + sum[c]);
     }
   }
-  if (dwpe) {
-#pragma omp parallel for schedule(static)
-    for (int t = 0; t < T; ++t)
-      for (int c0 = 0; c0 < C; c0 += kBlock) {
-        const int width = std::min(kBlock, C - c0);
-        double sum[kBlock] = {};
-        for (int b = 0; b < B; ++b) {
-          const float* d = dout + (static_cast<size_t>(b) * T + t) * C + c0;
-          for (int c = 0; c < width; ++c) sum[c] += static_cast<double>(d[c]);
-        }
-        for (int c = 0; c < width; ++c)
-          dwpe[static_cast<size_t>(t) * C + c0 + c] = static_cast<float>(sum[c]);
-      }
-  }
+  // dwpe[t, :] sums dout[b, t, :] over b: the column sums of dout seen as B rows of T x C,
+  // which the bias gradient's pass makes (in double, in row order, rounded once).
+  if (dwpe) bias_gradient(dwpe, dout, B, T * C);
 }
 
 }  // namespace cpu
