@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstddef>
 
+#include "forge/kernels/cpu/column_sums.h"
 #include "forge/kernels/cpu/dispatch.h"
 #include "forge/kernels/cpu/prefetch.h"
 #include "forge/kernels/cpu/simd.h"

@@ -5,10 +5,9 @@
 // All outputs are overwritten.
 #pragma once
 
-#include <algorithm>
 #include <cstddef>
 
-#include "forge/kernels/cpu/prefetch.h"
+#include "forge/kernels/cpu/column_sums.h"
 
 namespace forge::kernels {
 
@@ -43,42 +42,8 @@ void join_columns(float* stacked, const float* const* ins, const int* widths, in
 void fill_rows_with_bias(float* out, const float* bias, int N, int OC);
 void bias_gradient(float* dbias, const float* dout, int N, int OC);
 
-// bias_gradient's loop over values a kernel makes row by row rather than reads:
-// row_values(n, o0, o1, buf) returns columns [o0, o1) of row n (it may make them in buf, room
-// for kColumnChunk floats, and return buf), called for every row in order, in the thread that
-// sums those columns: each sum keeps a fixed row order whatever the thread count.
-inline constexpr int kColumnChunk = 64;
-template <typename RowValues>
-void column_sums_of(float* sums, int N, int OC, RowValues&& row_values) {
-  const int chunks = (OC + kColumnChunk - 1) / kColumnChunk;
-#pragma omp parallel for schedule(static)
-  for (int chunk = 0; chunk < chunks; ++chunk) {
-    const int o0 = chunk * kColumnChunk, o1 = std::min(OC, o0 + kColumnChunk);
-    // In double: summed in fp32 over N rows, small's bias gradients were ten times as far from
-    // float64 as PyTorch's (whose reductions sum in cascades), enough on its first step to
-    // move a query bias with a gradient under AdamW's eps past the alignment gate's bound.
-    double acc[kColumnChunk] = {};
-    alignas(64) float buf[kColumnChunk];
-    for (int n = 0; n < N; ++n) {
-      const float* r = row_values(n, o0, o1, buf);
-      for (int o = 0; o < o1 - o0; ++o) acc[o] += r[o];
-    }
-    for (int o = o0; o < o1; ++o) sums[o] = static_cast<float>(acc[o - o0]);
-  }
-}
-
-// bias_gradient's loop, for kernels that read dout for more than its sums: row_chunk(n, o0,
-// o1) runs on columns [o0, o1) of row n just before they are added, in the same thread.
-template <typename RowChunk>
-void column_sums(float* sums, const float* x, int N, int OC, RowChunk&& row_chunk) {
-  column_sums_of(sums, N, OC, [&](int n, int o0, int o1, float*) {
-    // (bf16's linear backward, which rounds dout into the AMX tiles in this loop, was faster
-    // with the prefetch in 6 of 7 interleaved pairs on small, medians 61.1 vs 62.3 ms a step.)
-    prefetch_rows_ahead(n, N, OC, o0, o1, x);
-    row_chunk(n, o0, o1);
-    return x + static_cast<size_t>(n) * OC + o0;
-  });
-}
+// bias_gradient's loop, for the kernels that fuse their own work into it:
+// cpu/column_sums.h.
 }  // namespace cpu
 
 }  // namespace forge::kernels
