@@ -119,6 +119,34 @@ TEST(Kernels, EmbeddingGradientRoundsEachTokenOnce) {
     for (int c = 0; c < C; ++c) EXPECT_EQ(dwte[v * C + c], head[v * C + c]);
 }
 
+// Through the profiles, the embedding gradient runs in the scratch plan() sized for the step's
+// batch, the kernel's bits; a larger batch is an error, not an allocation inside the step.
+TEST(Kernels, EmbeddingGradientRunsInThePlannedScratch) {
+  const int B = 2, T = 7, C = 13, V = 11;
+  forge::StepShape shape;
+  shape.B = B, shape.T = T, shape.C = C, shape.NH = 1, shape.V = V, shape.Vp = V, shape.L = 1;
+  const Floats dout = random_floats(size_t(B + 1) * T * C, 9);
+  std::vector<int32_t> tokens(size_t(B + 1) * T);
+  for (size_t i = 0; i < tokens.size(); ++i) tokens[i] = static_cast<int32_t>((i * 5) % V);
+  const Floats head = random_floats(size_t(V) * C, 10);
+  Floats want = head, want_pe(size_t(T) * C);
+  std::vector<int64_t> scratch(cpu::embedding_backward_scratch(B, T));
+  cpu::embedding_backward(want.data(), want_pe.data(), dout.data(), tokens.data(), B, T, C,
+                          scratch.data());
+  for (const char* profile : {"fast", "bf16"}) {
+    auto nx = forge::make_numerics(profile);
+    nx->plan(shape);
+    Floats dwte = head, dwpe(size_t(T) * C);
+    nx->embedding_backward(dwte.data(), dwpe.data(), dout.data(), tokens.data(), B, T, C);
+    EXPECT_EQ(dwte, want) << profile;
+    EXPECT_EQ(dwpe, want_pe) << profile;
+    EXPECT_THROW(
+        nx->embedding_backward(dwte.data(), dwpe.data(), dout.data(), tokens.data(), B + 1, T, C),
+        forge::Error)
+        << profile;
+  }
+}
+
 // --- layernorm -----------------------------------------------------------------------
 
 void LayerNormMatchesFloat64_body() {

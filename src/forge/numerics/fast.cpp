@@ -67,9 +67,13 @@ class FastNumerics final : public Numerics {
   }
   void embedding_backward(float* dwte, float* dwpe, const float* dout, const int32_t* tokens, int B,
                           int T, int C) override {
-    // Planned for the step's batch; only a caller that planned none (a kernel test) grows it.
+    // Planned for the step's batch (plan()); a batch it did not foresee is a bug in the caller,
+    // reported rather than allocated for inside the step.
     if (const size_t need = k::embedding_backward_scratch(B, T); embedding_order_.size() < need)
-      embedding_order_.resize(need);
+      fail(
+          "numerics 'fast': embedding gradient of {}x{} positions needs {} scratch ints, plan() "
+          "reserved {}",
+          B, T, need, embedding_order_.size());
     k::embedding_backward(dwte, dwpe, dout, tokens, B, T, C, embedding_order_.data());
   }
 
