@@ -1,9 +1,10 @@
 // Sums over the rows of a matrix, column by column, in double, rounded to fp32 once: the rule
 // every parameter gradient that sums over the batch's rows follows (linear biases, LayerNorm's
-// and RMSNorm's weights and biases). Summed in fp32 over N rows, small's bias gradients were ten
-// times as far from float64 as PyTorch's (whose reductions sum in cascades), enough on its first
-// step to move a query bias with a gradient under AdamW's eps past the alignment gate's bound;
-// LayerNorm's weight gradients twice as far.
+// weight and bias, RMSNorm's weight; the token embedding's rows follow it in a loop of their
+// own, kernels/embedding.h, over the positions sorted by token). Summed in fp32 over N rows,
+// small's bias gradients were ten times as far from float64 as PyTorch's (whose reductions sum in
+// cascades), enough on its first step to move a query bias with a gradient under AdamW's eps past
+// the alignment gate's bound; LayerNorm's weight gradients twice as far.
 //
 // The team splits the columns, so nothing is shared and each column sums its rows in row order
 // whatever the thread count: the bits do not depend on the team.
