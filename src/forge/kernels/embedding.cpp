@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstddef>
 
+#include "forge/kernels/cpu/column_sums.h"
 #include "forge/kernels/linear.h"
 
 namespace forge::kernels {
@@ -89,14 +90,15 @@ void embedding_backward(float* dwte, float* dwpe, const float* dout, const int32
   run[runs] = N;
 
   // One thread owns each token's row, so no two threads write the same float and the order
-  // does not depend on the thread count.
-  constexpr int kBlock = 64;
+  // does not depend on the thread count. Its columns sum kColumnChunk at a time in double, as
+  // the other parameter gradients' (cpu/column_sums.h), but over the token's rows only and onto
+  // the gradient the tied head left.
 #pragma omp parallel for schedule(static)
   for (int r = 0; r < runs; ++r) {
     float* dw = dwte + static_cast<size_t>(key[run[r]] >> 32) * C;
-    for (int c0 = 0; c0 < C; c0 += kBlock) {
-      const int width = std::min(kBlock, C - c0);
-      double sum[kBlock] = {};
+    for (int c0 = 0; c0 < C; c0 += kColumnChunk) {
+      const int width = std::min(kColumnChunk, C - c0);
+      double sum[kColumnChunk] = {};
       for (int64_t k = run[r]; k < run[r + 1]; ++k) {
         const float* d = dout + static_cast<size_t>(key[k] & 0xffffffff) * C + c0;
         for (int c = 0; c < width; ++c) sum[c] += static_cast<double>(d[c]);
