@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <cstddef>
+#include <map>
+#include <vector>
 
 #include "forge/kernels/cpu/column_sums.h"
 #include "forge/kernels/linear.h"
@@ -25,17 +27,19 @@ void embedding_forward(Real* out, const int32_t* tokens, const Real* wte, const 
 template <typename Real>
 void embedding_backward(Real* dwte, Real* dwpe, const Real* dout, const int32_t* tokens, int B,
                         int T, int C) {
-  const int N = B * T;
-  for (int row = 0; row < N; ++row) {
-    const int32_t v = tokens[row];
-    if (std::find(tokens, tokens + row, v) != tokens + row) continue;  // summed at its first row
+  // Each token's rows summed in double in position order, then added once onto its row of dwte
+  // (which holds the tied head's gradient). Only the tokens present get a sum, so the map is
+  // small whatever the vocabulary.
+  std::map<int32_t, std::vector<double>> sums;
+  for (int row = 0; row < B * T; ++row) {
+    std::vector<double>& sum = sums[tokens[row]];
+    sum.resize(static_cast<size_t>(C));
+    for (int c = 0; c < C; ++c)
+      sum[c] += static_cast<double>(dout[static_cast<size_t>(row) * C + c]);
+  }
+  for (const auto& [v, sum] : sums) {
     Real* dw = dwte + static_cast<size_t>(v) * C;
-    for (int c = 0; c < C; ++c) {
-      double sum = 0.0;
-      for (int r = row; r < N; ++r)
-        if (tokens[r] == v) sum += static_cast<double>(dout[static_cast<size_t>(r) * C + c]);
-      dw[c] = static_cast<Real>(static_cast<double>(dw[c]) + sum);
-    }
+    for (int c = 0; c < C; ++c) dw[c] = static_cast<Real>(static_cast<double>(dw[c]) + sum[c]);
   }
   if (dwpe)
     for (int t = 0; t < T; ++t)
