@@ -5,6 +5,7 @@
 // its parameter names, shapes and initialisation.
 #include <gtest/gtest.h>
 
+#include <array>
 #include <cmath>
 #include <string>
 #include <vector>
@@ -12,6 +13,7 @@
 #include "forge/core/error.h"
 #include "forge/core/rng.h"
 #include "forge/model/llama.h"
+#include "forge/model/model.h"
 #include "forge/numerics/numerics.h"
 #include "gradcheck_util.h"
 
@@ -231,6 +233,50 @@ TEST(LlamaModel, ParametersHaveHuggingFaceNamesShapesAndInit) {
       3 * (2.0 * 128 * (128 + 64) + 2.0 * 128 * 128 + 6.0 * 128 * 352 + 2.0 * 16 * 128) +
       2.0 * 128 * 256;
   EXPECT_DOUBLE_EQ(model.train_flops_per_token(16), 3 * fwd);
+}
+
+// What each family hands its numerics profile to plan for: its own head count, kv heads and
+// MLP width, and one linear shape per linear weight of its layout.
+TEST(LlamaModel, StepShapeFollowsTheFamily) {
+  ModelConfig m;
+  m.family = "llama";
+  m.vocab_size = 250;
+  m.padded_vocab_size = 256;
+  m.n_layer = 3;
+  m.n_head = 8;
+  m.n_kv_head = 2;
+  m.n_embd = 128;
+  m.ffn_hidden = 352;
+  m.block_size = 32;
+  auto nx = make_numerics("fast");
+  const auto llama = make_model(m, 2, 16, *nx);
+  StepShape s = step_shape(m, 2, 16, llama->layout());
+  EXPECT_EQ(s.B, 2);
+  EXPECT_EQ(s.T, 16);
+  EXPECT_EQ(s.C, 128);
+  EXPECT_EQ(s.NH, 8);
+  EXPECT_EQ(s.n_kv_head, 2);
+  EXPECT_EQ(s.head_dim, 16);
+  EXPECT_EQ(s.ffn, 352);
+  EXPECT_EQ(s.V, 250);
+  EXPECT_EQ(s.Vp, 256);
+  EXPECT_EQ(s.L, 3);
+  EXPECT_TRUE(s.llama);
+  EXPECT_EQ(s.linear_weights, 7 * 3 + 1) << "seven per layer and the untied head";
+  EXPECT_EQ(s.linear_shapes.size(), static_cast<size_t>(s.linear_weights));
+  EXPECT_EQ(s.linear_shapes.back(), (std::array<int, 2>{256, 128})) << "the head, last";
+  EXPECT_TRUE(s.stacked_linear_shapes.empty()) << "the family's to add";
+
+  m.family = "gpt2";
+  m.n_kv_head = 0;
+  m.ffn_hidden = 0;
+  const auto gpt2 = make_model(m, 2, 16, *nx);
+  s = step_shape(m, 2, 16, gpt2->layout());
+  EXPECT_EQ(s.n_kv_head, 8);
+  EXPECT_EQ(s.ffn, 4 * 128);
+  EXPECT_FALSE(s.llama);
+  EXPECT_EQ(s.linear_weights, 4 * 3 + 1) << "four per layer and the tied embedding";
+  EXPECT_EQ(s.linear_shapes.size(), static_cast<size_t>(s.linear_weights));
 }
 
 TEST(LlamaModel, RejectsConfigsItCannotRun) {

@@ -135,21 +135,7 @@ Gpt2::Gpt2(const ModelConfig& config, int B, int T, Numerics& numerics)
     dec_.scores = take(T);
   });
 
-  StepShape shape;
-  shape.B = B;
-  shape.T = T;
-  shape.C = C;
-  shape.NH = config.n_head;
-  shape.V = config.vocab_size;
-  shape.Vp = Vp;
-  shape.L = L;
-  shape.n_kv_head = config.n_head;
-  shape.head_dim = config.head_dim();
-  shape.ffn = 4 * C;
-  shape.linear_weights = layout_.linear_weights();
-  shape.linear_weight_floats = layout_.linear_weight_floats();
-  shape.linear_shapes = layout_.linear_weight_shapes();
-  nx_.plan(shape);
+  nx_.plan(step_shape(config, B, T, layout_));
 }
 
 double Gpt2::train_flops_per_token(int T) const {

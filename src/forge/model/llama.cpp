@@ -130,21 +130,7 @@ Llama::Llama(const ModelConfig& config, int B, int T, Numerics& numerics)
   tokens_.resize(N);
   targets_.resize(N);
 
-  StepShape shape;
-  shape.B = B;
-  shape.T = T;
-  shape.C = C;
-  shape.NH = NH_;
-  shape.V = config.vocab_size;
-  shape.Vp = Vp;
-  shape.L = L;
-  shape.n_kv_head = KVH_;
-  shape.head_dim = hd_;
-  shape.ffn = F_;
-  shape.llama = true;
-  shape.linear_weights = layout_.linear_weights();
-  shape.linear_weight_floats = layout_.linear_weight_floats();
-  shape.linear_shapes = layout_.linear_weight_shapes();
+  StepShape shape = step_shape(config, B, T, layout_);
   // The sibling layers: q | k | v of ln1, gate | up of ln2 (their weights lie back to back).
   shape.stacked_linear_shapes = {{Dq_ + 2 * Dkv_, shape.C}, {2 * F_, shape.C}};
   nx_.plan(shape);

@@ -47,6 +47,11 @@ void plan_arena(FloatBuffer& arena, Plan&& plan) {
   FORGE_CHECK(cursor == arena.data() + arena.size(), "arena plan mismatch");
 }
 
+// What a numerics profile plans for (Numerics::plan): micro-batches of up to B x T tokens of
+// the config's model, and the layout's linear weights. The family adds what only it knows (the
+// sibling layers it multiplies as one).
+StepShape step_shape(const ModelConfig& config, int B, int T, const ParamLayout& layout);
+
 // A dumped tensor's place: "act" or "actgrad", and its layer (its name is KIND.h.LAYER.NAME).
 struct LayerDumpName {
   const char* kind;
