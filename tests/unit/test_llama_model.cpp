@@ -166,7 +166,8 @@ TEST(LlamaModel, GradientsMatchFiniteDifferencesInFloat64) {
     }
 }
 
-TEST(LlamaModel, ParametersHaveHuggingFaceNamesShapesAndInit) {
+// Three layers of 8 heads over 2 kv heads, C = 128, SwiGLU width 352, 256 tokens.
+ModelConfig llama_c128() {
   ModelConfig m;
   m.family = "llama";
   m.vocab_size = 256;
@@ -176,6 +177,11 @@ TEST(LlamaModel, ParametersHaveHuggingFaceNamesShapesAndInit) {
   m.n_embd = 128;
   m.ffn_hidden = 352;
   m.block_size = 32;
+  return m;
+}
+
+TEST(LlamaModel, ParametersHaveHuggingFaceNamesShapesAndInit) {
+  const ModelConfig m = llama_c128();
   auto nx = make_numerics("fast");
   Llama model(m, 1, 16, *nx);
   const auto& t = model.layout().tensors();
@@ -235,19 +241,13 @@ TEST(LlamaModel, ParametersHaveHuggingFaceNamesShapesAndInit) {
   EXPECT_DOUBLE_EQ(model.train_flops_per_token(16), 3 * fwd);
 }
 
-// What each family hands its numerics profile to plan for: its own head count, kv heads and
-// MLP width, and one linear shape per linear weight of its layout.
+// step_shape(), the plan both families hand their numerics profile (Llama adds its sibling
+// layers to it): each family's own kv heads and MLP width, the real and padded vocabulary, and
+// one linear shape per linear weight of the layout.
 TEST(LlamaModel, StepShapeFollowsTheFamily) {
-  ModelConfig m;
-  m.family = "llama";
+  ModelConfig m = llama_c128();
   m.vocab_size = 250;
   m.padded_vocab_size = 256;
-  m.n_layer = 3;
-  m.n_head = 8;
-  m.n_kv_head = 2;
-  m.n_embd = 128;
-  m.ffn_hidden = 352;
-  m.block_size = 32;
   auto nx = make_numerics("fast");
   const auto llama = make_model(m, 2, 16, *nx);
   StepShape s = step_shape(m, 2, 16, llama->layout());
