@@ -25,6 +25,8 @@ struct ModelConfig {
   int vocab_rows() const { return padded_vocab_size > 0 ? padded_vocab_size : vocab_size; }
   int kv_heads() const { return n_kv_head > 0 ? n_kv_head : n_head; }
   int head_dim() const { return n_embd / n_head; }
+  // The MLP's hidden width: llama's SwiGLU width, GPT-2's 4 * n_embd (ffn_hidden 0 or that).
+  int ffn_width() const { return ffn_hidden > 0 ? ffn_hidden : 4 * n_embd; }
 };
 
 struct TrainConfig {

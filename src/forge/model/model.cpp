@@ -20,7 +20,6 @@ void Model::record(LayerDumpName where, std::string_view name, const float* data
 }
 
 StepShape step_shape(const ModelConfig& config, int B, int T, const ParamLayout& layout) {
-  const bool llama = config.family == "llama";
   StepShape s;
   s.B = B;
   s.T = T;
@@ -31,8 +30,8 @@ StepShape step_shape(const ModelConfig& config, int B, int T, const ParamLayout&
   s.L = config.n_layer;
   s.n_kv_head = config.kv_heads();
   s.head_dim = config.head_dim();
-  s.ffn = llama ? config.ffn_hidden : 4 * config.n_embd;
-  s.llama = llama;
+  s.ffn = config.ffn_width();
+  s.llama = config.family == "llama";
   s.linear_weights = layout.linear_weights();
   s.linear_weight_floats = layout.linear_weight_floats();
   s.linear_shapes = layout.linear_weight_shapes();
