@@ -32,8 +32,7 @@ void embedding_backward(Real* dwte, Real* dwpe, const Real* dout, const int32_t*
   // small whatever the vocabulary.
   std::map<int32_t, std::vector<double>> sums;
   for (int row = 0; row < B * T; ++row) {
-    std::vector<double>& sum = sums[tokens[row]];
-    sum.resize(static_cast<size_t>(C));
+    std::vector<double>& sum = sums.try_emplace(tokens[row], static_cast<size_t>(C)).first->second;
     for (int c = 0; c < C; ++c)
       sum[c] += static_cast<double>(dout[static_cast<size_t>(row) * C + c]);
   }
