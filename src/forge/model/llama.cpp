@@ -32,7 +32,7 @@ Llama::Llama(const ModelConfig& config, int B, int T, Numerics& numerics)
   hd_ = config.head_dim();
   Dq_ = NH_ * hd_;
   Dkv_ = KVH_ * hd_;
-  F_ = config.ffn_hidden;
+  F_ = config.ffn_width();  // the width the step's plan was made for (ModelConfig::ffn_width)
   if (NH_ % KVH_ != 0)
     fail("model.n_kv_head: expected a divisor of model.n_head ({}), got {}", NH_, KVH_);
   if (hd_ % 2 != 0)
