@@ -81,7 +81,10 @@ make_config lower.json cfg.json train.lr=1e-4 train.min_lr=1e-5
 grep -q "^note: resuming with settings other than the checkpoint's run: train.lr 0.0001 (was " changed.out ||
   { cat changed.out >&2; fail "a resume with another lr gave no note"; }
 "$FORGE" train --config cfg.json --resume noted/checkpoints/step_000004 --steps 8 --quiet >same.out
-! grep -q "^note:" same.out || { cat same.out >&2; fail "a resume with the same settings gave a note"; }
+# Only the settings' note counts: a busy machine can earn the run another one (the peak read
+# again when a step passes 100% MFU against a start-up reading taken while the cores were held).
+! grep -q "^note: resuming with settings" same.out ||
+  { cat same.out >&2; fail "a resume with the same settings gave a note of other settings"; }
 grep -q "^forge train: " same.out && grep -q "^done: 8 steps" same.out ||
   { cat same.out >&2; fail "--quiet dropped the first line or the summary"; }
 ! grep -qE "^step +[0-9]+/" same.out || { cat same.out >&2; fail "--quiet printed per-step lines"; }
