@@ -318,16 +318,10 @@ json config_to_json(const Config& c) {
   return j;
 }
 
-void validate_config(const Config& c) {
-  const std::string where = c.path.empty() ? std::string("config") : c.path;
-  const ModelConfig& m = c.model;
-  const TrainConfig& t = c.train;
+void validate_model_config(const ModelConfig& m, const std::string& where) {
   if (m.n_embd % m.n_head != 0)
     fail("{}: field 'model.n_embd': expected a multiple of model.n_head ({}), got {}", where,
          m.n_head, m.n_embd);
-  if (t.seq_len > m.block_size)
-    fail("{}: field 'train.seq_len': expected at most model.block_size ({}), got {}", where,
-         m.block_size, t.seq_len);
   if (m.padded_vocab_size != 0 && m.padded_vocab_size < m.vocab_size)
     fail(
         "{}: field 'model.padded_vocab_size': expected 0 or at least model.vocab_size ({}), got {}",
@@ -335,8 +329,6 @@ void validate_config(const Config& c) {
   if (m.kv_heads() > m.n_head || m.n_head % m.kv_heads() != 0)
     fail("{}: field 'model.n_kv_head': expected a divisor of model.n_head ({}), got {}", where,
          m.n_head, m.n_kv_head);
-  if (t.min_lr > t.lr)
-    fail("{}: field 'train.min_lr': expected at most train.lr ({}), got {}", where, t.lr, t.min_lr);
   // parse_config checks these per field; configs built in code (an HF config.json, tests)
   // arrive here without that pass.
   if (!(m.norm_eps > 0) || !std::isfinite(m.norm_eps))
@@ -375,6 +367,18 @@ void validate_config(const Config& c) {
   } else {
     fail("{}: field 'model.family': expected one of gpt2|llama, got \"{}\"", where, m.family);
   }
+}
+
+void validate_config(const Config& c) {
+  const std::string where = c.path.empty() ? std::string("config") : c.path;
+  const ModelConfig& m = c.model;
+  const TrainConfig& t = c.train;
+  validate_model_config(m, where);
+  if (t.seq_len > m.block_size)
+    fail("{}: field 'train.seq_len': expected at most model.block_size ({}), got {}", where,
+         m.block_size, t.seq_len);
+  if (t.min_lr > t.lr)
+    fail("{}: field 'train.min_lr': expected at most train.lr ({}), got {}", where, t.lr, t.min_lr);
   const auto profiles = numerics_profiles();
   if (std::find(profiles.begin(), profiles.end(), c.numerics) == profiles.end())
     fail("{}: field 'numerics': expected one of {}, got \"{}\"", where, fmt::join(profiles, "|"),

@@ -71,5 +71,8 @@ Config parse_config(const nlohmann::json& j, const std::string& where);
 nlohmann::json config_to_json(const Config& c);
 // Validates cross-field constraints (n_embd % n_head, seq_len <= block_size, ...).
 void validate_config(const Config& c);
+// The model's part of validate_config, for a ModelConfig made in code (an HF config.json, tests)
+// as well as one read from a file; "where" names the source in errors.
+void validate_model_config(const ModelConfig& m, const std::string& where);
 
 }  // namespace forge

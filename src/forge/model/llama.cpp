@@ -21,10 +21,9 @@ Llama::Llama(const ModelConfig& config, int B, int T, Numerics& numerics)
     : config_(config), maxB_(B), maxT_(T), nx_(numerics) {
   if (config.family != "llama")
     fail("model.family: the Llama model cannot run family '{}'", config.family);
-  if (config.ffn_hidden <= 0)
-    fail(
-        "model.ffn_hidden: expected the SwiGLU width (a positive integer) for family llama, got {}",
-        config.ffn_hidden);
+  // The checks a config file gets (a SwiGLU width, kv heads dividing the heads, an even head
+  // dimension for RoPE), for a config made in code too.
+  validate_model_config(config, "the Llama model's config");
   FORGE_CHECK(T <= config.block_size, "T={} exceeds block_size={}", T, config.block_size);
   const int64_t C = config.n_embd, Vp = config.vocab_rows(), L = config.n_layer;
   NH_ = config.n_head;
@@ -33,11 +32,6 @@ Llama::Llama(const ModelConfig& config, int B, int T, Numerics& numerics)
   Dq_ = NH_ * hd_;
   Dkv_ = KVH_ * hd_;
   F_ = config.ffn_width();  // the width the step's plan was made for (ModelConfig::ffn_width)
-  if (NH_ % KVH_ != 0)
-    fail("model.n_kv_head: expected a divisor of model.n_head ({}), got {}", NH_, KVH_);
-  if (hd_ % 2 != 0)
-    fail("model.n_embd: rotary embeddings need an even head dimension, got n_embd/n_head = {}",
-         hd_);
 
   // Parameters: Hugging Face's LlamaForCausalLM names, nn.Linear layout [out, in] (no
   // transposes in files either).
