@@ -11,6 +11,18 @@ fail() { echo "FAIL: $*" >&2; exit 1; }
 # For what the CPU lacks, never for a missing reference (that fails): the test reports Skipped.
 skip() { echo "SKIP: $*"; exit 77; }
 
+# Prints 1 where oneDNN will find bf16 dot products (the CPU has avx512_bf16 and no
+# DNNL_MAX_CPU_ISA / ONEDNN_MAX_CPU_ISA caps oneDNN below them), else 0: forge's bf16 profile
+# takes its VDPBF16PS path exactly then.
+bf16_dots() {
+  grep -qw avx512_bf16 /proc/cpuinfo || { echo 0; return; }
+  local cap=${ONEDNN_MAX_CPU_ISA:-${DNNL_MAX_CPU_ISA:-}}
+  case ${cap,,} in
+    "" | all | default | avx512_core_bf16 | avx512_core_fp16 | avx512_core_amx* | avx10_*) echo 1 ;;
+    *) echo 0 ;;
+  esac
+}
+
 # A small real corpus (a few fortune files), tokenized to bytes.
 prepare_corpus() {
   local files=(/usr/share/games/fortunes/*)

@@ -26,7 +26,7 @@ gate_path() {
       fail "$gate ($name) on llama-tiny: commands.sh does not replay $switch"
   done
 }
-has_bf16_dots=$(grep -qw avx512_bf16 /proc/cpuinfo && echo 1 || echo 0)
+has_bf16_dots=$(bf16_dots)
 if [ "$has_bf16_dots" = 1 ]; then
   amx_off_path="bf16 dot products in oneDNN's bf16 GEMMs, bf16 \(VDPBF16PS\) attention"
 else

@@ -150,5 +150,44 @@ TEST(Gpt2Model, DeclaresEveryLinearWeight) {
   EXPECT_EQ(model.layout().linear_weight_floats(), floats);
 }
 
+// A config made in code gets the checks a config file gets, each naming its field, instead of
+// a division by zero (no heads) or a llama-only knob silently doing nothing.
+TEST(Gpt2Model, RejectsConfigsItCannotRun) {
+  const auto message = [](const ModelConfig& m) -> std::string {
+    auto nx = make_numerics("fast");
+    try {
+      Gpt2 model(m, 1, 8, *nx);
+    } catch (const Error& e) {
+      return e.what();
+    }
+    return "(accepted)";
+  };
+  ModelConfig ok;
+  ok.family = "gpt2";
+  ok.n_embd = 64;
+  ok.n_head = 4;
+  ok.block_size = 16;
+  EXPECT_EQ(message(ok), "(accepted)");
+  const struct {
+    const char* field;
+    void (*spoil)(ModelConfig&);
+  } cases[] = {
+      {"model.n_head", [](ModelConfig& m) { m.n_head = 0; }},
+      {"model.n_layer", [](ModelConfig& m) { m.n_layer = 0; }},
+      {"model.vocab_size", [](ModelConfig& m) { m.vocab_size = -1; }},
+      {"model.n_embd", [](ModelConfig& m) { m.n_embd = 66; }},
+      {"model.n_kv_head", [](ModelConfig& m) { m.n_kv_head = 2; }},
+      {"model.n_kv_head", [](ModelConfig& m) { m.n_kv_head = -4; }},
+      {"model.ffn_hidden", [](ModelConfig& m) { m.ffn_hidden = 100; }},
+      {"model.padded_vocab_size", [](ModelConfig& m) { m.padded_vocab_size = 3; }},
+      {"model.family", [](ModelConfig& m) { m.family = "llama"; }},
+  };
+  for (const auto& c : cases) {
+    ModelConfig bad = ok;
+    c.spoil(bad);
+    EXPECT_NE(message(bad).find(c.field), std::string::npos) << c.field << ": " << message(bad);
+  }
+}
+
 }  // namespace
 }  // namespace forge

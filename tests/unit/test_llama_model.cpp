@@ -295,9 +295,11 @@ TEST(LlamaModel, RejectsConfigsItCannotRun) {
   m.n_embd = 72;
   m.n_head = 8;  // head dim 9: odd, no rotary pairs
   EXPECT_THROW(Llama(m, 1, 8, *nx), Error);
-  m.family = "gpt2";
   m.n_embd = 64;
+  m.n_head = 0;  // a division by zero before validate_model_config checked sizes first
+  EXPECT_THROW(Llama(m, 1, 8, *nx), Error);
   m.n_head = 4;
+  m.family = "gpt2";
   EXPECT_THROW(Llama(m, 1, 8, *nx), Error);
 }
 

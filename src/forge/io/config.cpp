@@ -5,6 +5,7 @@
 #include <limits>
 #include <nlohmann/json.hpp>
 #include <set>
+#include <utility>
 #include <vector>
 
 #include "forge/core/error.h"
@@ -319,6 +320,21 @@ json config_to_json(const Config& c) {
 }
 
 void validate_model_config(const ModelConfig& m, const std::string& where) {
+  // parse_config bounds these per field; a config built in code (tests, a caller's own) comes
+  // here without that pass, and a zero head count would divide by zero just below.
+  const std::pair<const char*, int> sizes[] = {{"vocab_size", m.vocab_size},
+                                               {"n_layer", m.n_layer},
+                                               {"n_head", m.n_head},
+                                               {"n_embd", m.n_embd},
+                                               {"block_size", m.block_size}};
+  for (const auto& [field, value] : sizes)
+    if (value < 1)
+      fail("{}: field 'model.{}': expected a positive integer, got {}", where, field, value);
+  if (m.n_kv_head < 0)
+    fail(
+        "{}: field 'model.n_kv_head': expected 0 (as many as model.n_head) or a positive integer, "
+        "got {}",
+        where, m.n_kv_head);
   if (m.n_embd % m.n_head != 0)
     fail("{}: field 'model.n_embd': expected a multiple of model.n_head ({}), got {}", where,
          m.n_head, m.n_embd);

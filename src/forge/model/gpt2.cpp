@@ -36,6 +36,9 @@ Gpt2::Gpt2(const ModelConfig& config, int B, int T, Numerics& numerics)
   const int64_t C = config.n_embd, Vp = config.vocab_rows(), L = config.n_layer;
   if (config.family != "gpt2")
     fail("model.family: the GPT-2 model cannot run family '{}'", config.family);
+  // The checks a config file gets (heads dividing the width, no llama-only knobs), for a config
+  // made in code too.
+  validate_model_config(config, "the GPT-2 model's config");
   FORGE_CHECK(T <= config.block_size, "T={} exceeds block_size={}", T, config.block_size);
 
   // Parameters: one flat buffer, named views in Hugging Face's names.
