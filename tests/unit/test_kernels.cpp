@@ -462,6 +462,36 @@ TEST(Kernels, GemmBackendsMatchFloat64) {
   for_each_isa([] { check_gemm_backend(GemmBackend::kForge); });
 }
 
+// The per-shape rule (gemm_backend_for): forward products on the matmul primitive, the
+// backward on dnnl_sgemm, except small weight gradients on AVX2, which forge's kernel ran
+// faster (measured in bench_kernels; gemm.cpp gives the figures). Each backend it names is
+// checked against float64 above.
+TEST(Kernels, GemmBackendRuleFollowsShapeAndIsa) {
+  using forge::kernels::cpu::GemmBackend;
+  using forge::kernels::cpu::Isa;
+  if (!cpu::gemm_backend_available(GemmBackend::kOneDNN)) {
+    EXPECT_EQ(cpu::gemm_backend_for(true, false, 384, 384, 2048), GemmBackend::kOpenBLAS);
+    return;
+  }
+  const Isa saved = cpu::active_isa();
+  for (Isa isa : {Isa::kGeneric, Isa::kAvx2, Isa::kAvx512}) {
+    if (static_cast<int>(isa) > static_cast<int>(cpu::detected_isa())) continue;
+    cpu::set_active_isa(isa);
+    SCOPED_TRACE(cpu::isa_name(isa));
+    const bool avx2 = isa == Isa::kAvx2;
+    EXPECT_EQ(cpu::gemm_backend_for(false, true, 2048, 384, 384), GemmBackend::kOneDnnMatmul);
+    EXPECT_EQ(cpu::gemm_backend_for(false, false, 2048, 384, 384), GemmBackend::kOneDNN);
+    // dweight = dout^T inp: [OC, IC] summed over the 2048 tokens of small's micro-batch.
+    EXPECT_EQ(cpu::gemm_backend_for(true, false, 384, 384, 2048),
+              avx2 ? GemmBackend::kForge : GemmBackend::kOneDNN);
+    EXPECT_EQ(cpu::gemm_backend_for(true, false, 512, 512, 2048),
+              avx2 ? GemmBackend::kForge : GemmBackend::kOneDNN);
+    EXPECT_EQ(cpu::gemm_backend_for(true, false, 1152, 384, 2048), GemmBackend::kOneDNN);
+    EXPECT_EQ(cpu::gemm_backend_for(true, false, 513, 512, 2048), GemmBackend::kOneDNN);
+  }
+  cpu::set_active_isa(saved);
+}
+
 // The attention kernels' small products (tile_gemm.inc, here on the build's ISA): C += A B and
 // C = A B, A read through row and column strides (the kernels pass swapped strides for A^T),
 // on sizes that leave every ragged end (rows past the 12/6/4/2 blocks, columns past whole

@@ -80,8 +80,17 @@ GemmBackend gemm_backend_for(bool transA, bool transB, int M, int N, int K) {
   // x W^T (B transposed, the linear layers' forward): the matmul primitive is at least as fast
   // as dnnl_sgemm on every forward shape of small and gpt2-124m and 1.2x on the MLP's output
   // projection (K = 4C) on AVX-512 (bench_kernels, gemm/onednn_matmul vs gemm/onednn, median of
-  // 3). The backward shapes run at least as fast on dnnl_sgemm and stay there.
+  // 3). On AVX-512 the backward shapes ran at least as fast on dnnl_sgemm and stay there.
   if (transB && !transA) return GemmBackend::kOneDnnMatmul;
+  // A weight gradient (dout^T x, transA) with a small output and a long sum over tokens:
+  // dnnl_sgemm's AVX2 code ran it at 104-126 GFLOP/s on a Zen 3, forge's kernel at 139-158
+  // (1.20-1.45x: small's attn_proj and lm_head, llama-small's o_proj and k_proj, bench_kernels
+  // median of 7, interleaved); on every larger output dnnl_sgemm was as fast or up to 7%
+  // faster. The rule is AVX2's: on AVX-512 dnnl_sgemm ran these as fast (above).
+  constexpr long kSmallWeightGradient = 512L * 512;
+  if (transA && !transB && active_isa() == Isa::kAvx2 &&
+      static_cast<long>(M) * N <= kSmallWeightGradient)
+    return GemmBackend::kForge;
   return GemmBackend::kOneDNN;
 #else
   return GemmBackend::kOpenBLAS;
