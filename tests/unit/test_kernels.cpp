@@ -473,12 +473,8 @@ TEST(Kernels, GemmBackendRuleFollowsShapeAndIsa) {
     EXPECT_EQ(cpu::gemm_backend_for(true, false, 384, 384, 2048), GemmBackend::kOpenBLAS);
     return;
   }
-  const Isa saved = cpu::active_isa();
-  for (Isa isa : {Isa::kGeneric, Isa::kAvx2, Isa::kAvx512}) {
-    if (static_cast<int>(isa) > static_cast<int>(cpu::detected_isa())) continue;
-    cpu::set_active_isa(isa);
-    SCOPED_TRACE(cpu::isa_name(isa));
-    const bool avx2 = isa == Isa::kAvx2;
+  for_each_isa([] {
+    const bool avx2 = cpu::active_isa() == Isa::kAvx2;
     EXPECT_EQ(cpu::gemm_backend_for(false, true, 2048, 384, 384), GemmBackend::kOneDnnMatmul);
     EXPECT_EQ(cpu::gemm_backend_for(false, false, 2048, 384, 384), GemmBackend::kOneDNN);
     // dweight = dout^T inp: [OC, IC] summed over the 2048 tokens of small's micro-batch.
@@ -488,8 +484,7 @@ TEST(Kernels, GemmBackendRuleFollowsShapeAndIsa) {
               avx2 ? GemmBackend::kForge : GemmBackend::kOneDNN);
     EXPECT_EQ(cpu::gemm_backend_for(true, false, 1152, 384, 2048), GemmBackend::kOneDNN);
     EXPECT_EQ(cpu::gemm_backend_for(true, false, 513, 512, 2048), GemmBackend::kOneDNN);
-  }
-  cpu::set_active_isa(saved);
+  });
 }
 
 // The attention kernels' small products (tile_gemm.inc, here on the build's ISA): C += A B and
