@@ -13,6 +13,12 @@
 #include "test_util.h"
 
 #ifdef FORGE_HAVE_DNNL
+#include <dnnl.h>
+
+#include <cstdlib>
+#include <string_view>
+
+#include "forge/kernels/cpu/dispatch.h"
 #include "forge/kernels/cpu/onednn_matmul.h"
 
 namespace {
@@ -82,6 +88,39 @@ TEST(OneDnnMatmul, LinearForwardWorkspaceChangesNoBit) {
                           IC, OC, workspace.data());
       EXPECT_TRUE(same_bits(plain, reordered));
     }
+}
+
+// oneDNN's ISA values are feature sets: the questions forge asks of them (bf16 dot products,
+// AMX, AVX-512) must not read a larger number as a larger ISA.
+TEST(OneDnnMatmul, IsaQuestionsAreFeatureSets) {
+  using cpu::onednn_isa_includes;
+  // AVX2 with VNNI (Alder Lake and later laptops and desktops): no AVX-512, no bf16, no AMX,
+  // although 0x407 is numerically above all three.
+  EXPECT_GT(static_cast<unsigned>(dnnl_cpu_isa_avx2_vnni),
+            static_cast<unsigned>(dnnl_cpu_isa_avx512_core_amx));
+  EXPECT_TRUE(onednn_isa_includes(dnnl_cpu_isa_avx2_vnni, dnnl_cpu_isa_avx2));
+  EXPECT_FALSE(onednn_isa_includes(dnnl_cpu_isa_avx2_vnni, dnnl_cpu_isa_avx512_core));
+  EXPECT_FALSE(onednn_isa_includes(dnnl_cpu_isa_avx2_vnni, dnnl_cpu_isa_avx512_core_bf16));
+  EXPECT_FALSE(onednn_isa_includes(dnnl_cpu_isa_avx2_vnni, dnnl_cpu_isa_avx512_core_amx));
+  EXPECT_FALSE(onednn_isa_includes(dnnl_cpu_isa_avx2, dnnl_cpu_isa_avx512_core));
+  // A Sapphire Rapids has all of them, a Zen 4 bf16 without AMX.
+  EXPECT_TRUE(onednn_isa_includes(dnnl_cpu_isa_avx512_core_amx, dnnl_cpu_isa_avx512_core_bf16));
+  EXPECT_TRUE(onednn_isa_includes(dnnl_cpu_isa_avx512_core_amx, dnnl_cpu_isa_avx2));
+  EXPECT_TRUE(onednn_isa_includes(dnnl_cpu_isa_avx512_core_bf16, dnnl_cpu_isa_avx512_core));
+  EXPECT_FALSE(onednn_isa_includes(dnnl_cpu_isa_avx512_core_bf16, dnnl_cpu_isa_avx512_core_amx));
+  EXPECT_FALSE(onednn_isa_includes(dnnl_cpu_isa_avx512_core, dnnl_cpu_isa_avx512_core_bf16));
+
+  // This process: oneDNN runs at least AVX2 wherever forge runs at all, and under
+  // DNNL_MAX_CPU_ISA=AVX2 (the unit.onednn-avx2 entry) neither AVX-512 nor its bf16 products.
+  if (cpu::detected_isa() != cpu::Isa::kGeneric)
+    EXPECT_TRUE(cpu::onednn_runs_isa(dnnl_cpu_isa_avx2));
+  const char* cap = std::getenv("DNNL_MAX_CPU_ISA");
+  if (cap && std::string_view(cap) == "AVX2") {
+    EXPECT_FALSE(cpu::onednn_runs_isa(dnnl_cpu_isa_avx512_core));
+    EXPECT_FALSE(cpu::native_bf16_available());
+  }
+  if (cpu::detected_isa() != cpu::Isa::kAvx512)
+    EXPECT_FALSE(cpu::onednn_runs_isa(dnnl_cpu_isa_avx512_core));
 }
 
 }  // namespace

@@ -439,8 +439,7 @@ void bf16_gradient_rows(uint16_t* g, float* dbias, const float* dout, int N, int
 #ifdef FORGE_HAVE_DNNL
 
 bool bf16_gemm_on_amx() {
-  static const bool yes =
-      native_bf16_available() && dnnl_get_effective_cpu_isa() >= dnnl_cpu_isa_avx512_core_amx;
+  static const bool yes = native_bf16_available() && onednn_runs_isa(dnnl_cpu_isa_avx512_core_amx);
   return yes;
 }
 
@@ -455,8 +454,7 @@ bool amx_linear_backward_runs(int N, int IC, int OC) {
 }
 
 bool native_bf16_available() {
-  static const bool yes =
-      bf16_native_requested() && dnnl_get_effective_cpu_isa() >= dnnl_cpu_isa_avx512_core_bf16;
+  static const bool yes = bf16_native_requested() && onednn_runs_isa(dnnl_cpu_isa_avx512_core_bf16);
   return yes;
 }
 

@@ -267,6 +267,10 @@ size_t onednn_blocked_b_bytes(OneDnnType type, int K, int N) {
   return round64(K) * round64(N) * element;
 }
 
+bool onednn_runs_isa(unsigned wanted) {
+  return onednn_isa_includes(static_cast<unsigned>(dnnl_get_effective_cpu_isa()), wanted);
+}
+
 void onednn_matmul(OneDnnType type, bool transA, bool transB, int M, int N, int K, const void* A,
                    int lda, const void* B, int ldb, float beta, float* C, int ldc,
                    const float* bias, void* b_blocked) {

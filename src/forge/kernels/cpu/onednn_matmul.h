@@ -43,4 +43,15 @@ inline size_t onednn_blocked_b_floats(OneDnnType type, int K, int N) {
   return (onednn_blocked_b_bytes(type, K, N) + sizeof(float) - 1) / sizeof(float);
 }
 
+// Whether the oneDNN ISA `have` has every feature of `wanted` (both dnnl_cpu_isa_t values).
+// oneDNN's ISA values are bit sets, not an order: avx2_vnni (0x407) is numerically above
+// avx512_core_bf16 (0xe7) and avx512_core_amx (0x3e7) without having AVX-512, so comparing
+// them with >= would take an AVX-VNNI laptop for a bf16 or AMX machine.
+constexpr bool onednn_isa_includes(unsigned have, unsigned wanted) {
+  return (have & wanted) == wanted;
+}
+// The same question of the ISA oneDNN runs with here (dnnl_get_effective_cpu_isa: the CPU's,
+// capped by DNNL_MAX_CPU_ISA or ONEDNN_MAX_CPU_ISA).
+bool onednn_runs_isa(unsigned wanted);
+
 }  // namespace forge::kernels::cpu
