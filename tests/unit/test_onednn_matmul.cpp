@@ -112,15 +112,17 @@ TEST(OneDnnMatmul, IsaQuestionsAreFeatureSets) {
 
   // This process: oneDNN runs at least AVX2 wherever forge runs at all, and under
   // DNNL_MAX_CPU_ISA=AVX2 (the unit.onednn-avx2 entry) neither AVX-512 nor its bf16 products.
-  if (cpu::detected_isa() != cpu::Isa::kGeneric)
+  if (cpu::detected_isa() != cpu::Isa::kGeneric) {
     EXPECT_TRUE(cpu::onednn_runs_isa(dnnl_cpu_isa_avx2));
+  }
   const char* cap = std::getenv("DNNL_MAX_CPU_ISA");
   if (cap && std::string_view(cap) == "AVX2") {
     EXPECT_FALSE(cpu::onednn_runs_isa(dnnl_cpu_isa_avx512_core));
     EXPECT_FALSE(cpu::native_bf16_available());
   }
-  if (cpu::detected_isa() != cpu::Isa::kAvx512)
+  if (cpu::detected_isa() != cpu::Isa::kAvx512) {
     EXPECT_FALSE(cpu::onednn_runs_isa(dnnl_cpu_isa_avx512_core));
+  }
 }
 
 }  // namespace

@@ -268,7 +268,9 @@ size_t onednn_blocked_b_bytes(OneDnnType type, int K, int N) {
 }
 
 bool onednn_runs_isa(unsigned wanted) {
-  return onednn_isa_includes(static_cast<unsigned>(dnnl_get_effective_cpu_isa()), wanted);
+  // Read once: oneDNN fixes its ISA at first use, and gemm_backend_for asks on every call.
+  static const unsigned effective = static_cast<unsigned>(dnnl_get_effective_cpu_isa());
+  return onednn_isa_includes(effective, wanted);
 }
 
 void onednn_matmul(OneDnnType type, bool transA, bool transB, int M, int N, int K, const void* A,

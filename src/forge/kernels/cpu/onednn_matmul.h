@@ -50,8 +50,8 @@ inline size_t onednn_blocked_b_floats(OneDnnType type, int K, int N) {
 constexpr bool onednn_isa_includes(unsigned have, unsigned wanted) {
   return (have & wanted) == wanted;
 }
-// The same question of the ISA oneDNN runs with here (dnnl_get_effective_cpu_isa: the CPU's,
-// capped by DNNL_MAX_CPU_ISA or ONEDNN_MAX_CPU_ISA).
+// The same question of the ISA oneDNN runs with in this process (dnnl_get_effective_cpu_isa:
+// the CPU's, capped by DNNL_MAX_CPU_ISA or ONEDNN_MAX_CPU_ISA; fixed once oneDNN has run).
 bool onednn_runs_isa(unsigned wanted);
 
 }  // namespace forge::kernels::cpu
