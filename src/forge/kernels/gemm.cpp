@@ -83,11 +83,12 @@ GemmBackend gemm_backend_for(bool transA, bool transB, int M, int N, int K) {
   // 3). On AVX-512 the backward shapes ran at least as fast on dnnl_sgemm and stay there.
   if (transB && !transA) return GemmBackend::kOneDnnMatmul;
   // A weight gradient (dout^T x, transA) with a small output and a long sum over tokens:
-  // dnnl_sgemm's AVX2 code ran it at 104-126 GFLOP/s on a Zen 3, forge's kernel at 139-158
-  // (1.20-1.45x: small's attn_proj and lm_head, llama-small's o_proj and k_proj, bench_kernels
-  // median of 7, interleaved); on every larger output dnnl_sgemm was as fast or up to 7%
-  // faster. The rule is AVX2's, both sides: on AVX-512 dnnl_sgemm ran these as fast (above),
-  // and forge limited to AVX2 (FORGE_CPU_ISA) on an AVX-512 CPU would race oneDNN's AVX-512.
+  // dnnl_sgemm's AVX2 code ran most such shapes slower than forge's kernel on a Zen 3 (small's
+  // attn_proj and lm_head, llama-small's o_proj and k_proj in bench_kernels, interleaved
+  // repetitions; the README's latest benchmark gives this session's figures, where a short
+  // run can flip the closest shape), and every larger output as fast or faster. The rule is
+  // AVX2's, both sides: on AVX-512 dnnl_sgemm ran these as fast (above), and forge limited to
+  // AVX2 (FORGE_CPU_ISA) on an AVX-512 CPU would race oneDNN's AVX-512.
   constexpr long kSmallWeightGradient = 512L * 512;
   if (transA && !transB && active_isa() == Isa::kAvx2 &&
       !onednn_runs_isa(dnnl_cpu_isa_avx512_core) &&
