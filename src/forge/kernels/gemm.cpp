@@ -85,10 +85,10 @@ GemmBackend gemm_backend_for(bool transA, bool transB, int M, int N, int K) {
   // A weight gradient (dout^T x, transA) with a small output and a long sum over tokens:
   // dnnl_sgemm's AVX2 code ran most such shapes slower than forge's kernel on a Zen 3 (small's
   // attn_proj and lm_head, llama-small's o_proj and k_proj in bench_kernels, interleaved
-  // repetitions; the README's latest benchmark gives this session's figures, where a short
-  // run can flip the closest shape), and every larger output as fast or faster. The rule is
-  // AVX2's, both sides: on AVX-512 dnnl_sgemm ran these as fast (above), and forge limited to
-  // AVX2 (FORGE_CPU_ISA) on an AVX-512 CPU would race oneDNN's AVX-512.
+  // repetitions; the README's latest benchmark has the current figures). On larger outputs
+  // neither backend was ahead from run to run, so they stay on dnnl_sgemm. The rule is AVX2's,
+  // both sides: on AVX-512 dnnl_sgemm ran these as fast (above), and forge limited to AVX2
+  // (FORGE_CPU_ISA) on an AVX-512 CPU would race oneDNN's AVX-512.
   constexpr long kSmallWeightGradient = 512L * 512;
   if (transA && !transB && active_isa() == Isa::kAvx2 &&
       !onednn_runs_isa(dnnl_cpu_isa_avx512_core) &&
