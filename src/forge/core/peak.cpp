@@ -56,8 +56,9 @@ double fma_kernel(long iters) {
 }
 
 #if defined(__AVX512BF16__)
-// 24 chains: vdpbf16ps has a longer latency than the FMA; with 12 chains this machine read
-// 885 GFLOP/s, with 16 or more 960-985.
+// 24 chains: vdpbf16ps has a longer latency than the FMA, and on the machine where this was set
+// 12 chains read about a tenth under 16 or more. How many it can issue a cycle differs by CPU
+// (a later Xeon read half its fp32 FMA rate with 24), so the reading is the machine's own.
 constexpr int kBf16Chains = 24;
 double bf16_kernel(long iters) {
   __m512 acc[kBf16Chains];
