@@ -77,15 +77,19 @@ GemmBackend gemm_backend_for(bool transA, bool transB, int M, int N, int K) {
   // oneDNN runs on the same OpenMP team as every other kernel of the step; OpenBLAS brings a
   // second pool of spinning threads onto the same cores. Measured figures: bench_kernels.
 #ifdef FORGE_HAVE_DNNL
-  // x W^T (B transposed, the linear layers' forward): the matmul primitive is at least as fast
-  // as dnnl_sgemm on every forward shape of small and gpt2-124m and 1.2x on the MLP's output
-  // projection (K = 4C) on AVX-512 (bench_kernels, gemm/onednn_matmul vs gemm/onednn, median of
-  // 3). On AVX-512 the backward shapes ran at least as fast on dnnl_sgemm and stay there.
+  // x W^T (B transposed, the linear layers' forward): on the AVX-512 CPU where this was set the
+  // matmul primitive (which also adds the bias in its epilogue) was at least as fast as
+  // dnnl_sgemm on every forward shape of small and gpt2-124m and 1.2x on the MLP's output
+  // projection (K = 4C) (bench_kernels, gemm/onednn_matmul vs gemm/onednn, median of 3); on a
+  // later Xeon with AMX dnnl_sgemm ran most of those shapes a little faster and the MLP's output
+  // projection slower, so the choice is a CPU's, not settled. The backward shapes ran at least
+  // as fast on dnnl_sgemm on AVX-512 and stay there.
   if (transB && !transA) return GemmBackend::kOneDnnMatmul;
   // A weight gradient (dout^T x, transA) with a small output and a long sum over tokens:
   // dnnl_sgemm's AVX2 code ran most such shapes slower than forge's kernel on a Zen 3 (small's
   // attn_proj and lm_head, llama-small's o_proj and k_proj in bench_kernels, interleaved
-  // repetitions; the README's latest benchmark has the current figures). On larger outputs
+  // repetitions, in the sessions on that CPU; not in the README's latest benchmark, which ran
+  // on AVX-512). On larger outputs
   // neither backend was ahead from run to run, so they stay on dnnl_sgemm. The rule is AVX2's,
   // both sides: on AVX-512 dnnl_sgemm ran these as fast (above), and forge limited to AVX2
   // (FORGE_CPU_ISA) on an AVX-512 CPU would race oneDNN's AVX-512.
